@@ -1,0 +1,172 @@
+"""Attention: at each decoder step, a softmax over alignment scores between a query (a decoder
+state) and every encoder state gives weights, and the context is the weighted average of the
+encoder states (Bahdanau et al. 2014, eq. 5-6; Luong et al. 2015, eq. 7-8).
+
+Scores implemented here, for a query ``q`` (B, Q) and encoder states ``h_j`` (B, S, M):
+
+    bahdanau       e_j = v^T tanh(W q + U h_j)             additive (Bahdanau et al., A.1.2)
+    luong_dot      e_j = q^T h_j                           needs Q == M (Luong et al., eq. 8)
+    luong_general  e_j = q^T W h_j                         (Luong et al., eq. 8)
+    scaled_dot     e_j = (W_q q)^T (W_k h_j) / sqrt(d)     projections only when Q != M (Vaswani et al.)
+    none           no scores: the context is a fixed summary of the source (Cho et al. 2014)
+
+Mask convention, used everywhere in this package: ``src_mask`` is a bool tensor, True at real
+tokens. Scores at padding are set to -inf before the softmax, so padding gets exactly zero weight
+and the weights over real tokens sum to one.
+
+Everything that depends only on the encoder states (``U h_j``, ``W h_j``, ``W_k h_j``) is computed
+once per sentence in :meth:`Attention.prepare`, not once per decoder step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+
+class Memory(NamedTuple):
+    """What a decoder attends to, prepared once per batch.
+
+    :ivar values: (B, S, M) encoder states, averaged into the context.
+    :ivar keys: (B, S, K) the states as the score function needs them (e.g. ``U h_j``).
+    :ivar mask: (B, S) bool, True at real tokens.
+    :ivar summary: (B, M) a fixed summary of the source (used by ``NoAttention``).
+    """
+
+    values: Tensor
+    keys: Tensor
+    mask: Tensor
+    summary: Tensor
+
+    def repeat_interleave(self, k: int) -> Memory:
+        """Each sentence's memory ``k`` times in a row, (B, ...) -> (B*K, ...), for beam search."""
+        return Memory(*(t.repeat_interleave(k, dim=0) for t in self))
+
+
+class Attention(nn.Module):
+    """Base class: ``prepare`` the encoder states once, then score one query per decoder step.
+
+    :param query_dim: Q, size of the decoder state used as the query.
+    :param memory_dim: M, size of an encoder state.
+    """
+
+    #: False for :class:`NoAttention`, whose weights are all zero and mean nothing.
+    has_alignment = True
+
+    def __init__(self, query_dim: int, memory_dim: int) -> None:
+        super().__init__()
+        self.query_dim, self.memory_dim = query_dim, memory_dim
+
+    def project_keys(self, values: Tensor) -> Tensor:
+        """(B, S, M) -> (B, S, K): the query-independent part of the score."""
+        return values
+
+    def prepare(self, values: Tensor, mask: Tensor, summary: Tensor) -> Memory:
+        """:param values: (B, S, M) encoder states. :param mask: (B, S) bool, True at real tokens.
+        :param summary: (B, M) fixed source summary. :return: a :class:`Memory`."""
+        return Memory(values, self.project_keys(values), mask, summary)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        """:param query: (B, Q). :param keys: (B, S, K). :return: scores (B, S)."""
+        raise NotImplementedError
+
+    def forward(self, query: Tensor, memory: Memory) -> tuple[Tensor, Tensor]:
+        """Attend once.
+
+        :param query: (B, Q) decoder state.
+        :param memory: from :meth:`prepare`.
+        :return: context (B, M) and weights (B, S), zero at padding, summing to one.
+        """
+        scores = self.score(query, memory.keys).masked_fill(~memory.mask, float("-inf"))  # (B, S)
+        weights = torch.softmax(scores, dim=-1)  # (B, S)
+        context = torch.bmm(weights.unsqueeze(1), memory.values).squeeze(1)  # (B, 1, S) @ (B, S, M) -> (B, M)
+        return context, weights
+
+
+class BahdanauAttention(Attention):
+    """Additive attention: ``e_j = v^T tanh(W q + U h_j)``.
+
+    :param attn_dim: size of the hidden layer of the score network.
+    """
+
+    def __init__(self, query_dim: int, memory_dim: int, attn_dim: int) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W
+        self.key_proj = nn.Linear(memory_dim, attn_dim, bias=True)  # U (its bias is the score's bias)
+        self.energy = nn.Linear(attn_dim, 1, bias=False)  # v
+
+    def project_keys(self, values: Tensor) -> Tensor:
+        return self.key_proj(values)  # (B, S, M) -> (B, S, A)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        hidden = torch.tanh(keys + self.query_proj(query).unsqueeze(1))  # (B, S, A) + (B, 1, A)
+        return self.energy(hidden).squeeze(-1)  # (B, S, A) -> (B, S)
+
+
+class LuongDotAttention(Attention):
+    """Dot-product score ``e_j = q^T h_j``; the query and the encoder states must have one size."""
+
+    def __init__(self, query_dim: int, memory_dim: int) -> None:
+        if query_dim != memory_dim:
+            raise ValueError(
+                f"luong_dot attention needs the decoder hidden size ({query_dim}) to equal the encoder "
+                f"output size ({memory_dim}); use model/attention=luong_general or scaled_dot instead"
+            )
+        super().__init__(query_dim, memory_dim)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(keys, query.unsqueeze(2)).squeeze(2)  # (B, S, Q) @ (B, Q, 1) -> (B, S)
+
+
+class LuongGeneralAttention(Attention):
+    """Bilinear score ``e_j = q^T W h_j``; ``W h_j`` is computed once per sentence."""
+
+    def __init__(self, query_dim: int, memory_dim: int) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.key_proj = nn.Linear(memory_dim, query_dim, bias=False)  # W
+
+    def project_keys(self, values: Tensor) -> Tensor:
+        return self.key_proj(values)  # (B, S, M) -> (B, S, Q)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(keys, query.unsqueeze(2)).squeeze(2)  # (B, S, Q) @ (B, Q, 1) -> (B, S)
+
+
+class ScaledDotAttention(Attention):
+    """``e_j = (W_q q)^T (W_k h_j) / sqrt(d)``, with learned projections to ``attn_dim`` only when the
+    query and key sizes differ (or ``project=True``); otherwise ``d = Q``.
+
+    :param attn_dim: d, the projected size, used when projecting.
+    :param project: project even when the sizes agree.
+    """
+
+    def __init__(self, query_dim: int, memory_dim: int, attn_dim: int, project: bool) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.project = project or query_dim != memory_dim
+        dim = attn_dim if self.project else query_dim
+        self.query_proj = nn.Linear(query_dim, dim, bias=False) if self.project else nn.Identity()
+        self.key_proj = nn.Linear(memory_dim, dim, bias=False) if self.project else nn.Identity()
+        self.scale = 1.0 / math.sqrt(dim)
+
+    def project_keys(self, values: Tensor) -> Tensor:
+        return self.key_proj(values) * self.scale  # (B, S, M) -> (B, S, d), scaled once
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(keys, self.query_proj(query).unsqueeze(2)).squeeze(2)  # (B, S, d) @ (B, d, 1)
+
+
+class NoAttention(Attention):
+    """The RNN encoder-decoder without attention (Cho et al. 2014): every step gets the same
+    context, a fixed summary of the source (the encoder's final states). This is the bottleneck.
+
+    Its weights are all zero (there is no alignment); ``has_alignment`` is False.
+    """
+
+    has_alignment = False
+
+    def forward(self, query: Tensor, memory: Memory) -> tuple[Tensor, Tensor]:
+        weights = torch.zeros(memory.mask.shape, dtype=query.dtype, device=query.device)  # (B, S)
+        return memory.summary, weights

@@ -1,0 +1,152 @@
+"""The encoder-decoder (``Seq2Seq``), its assembly from the ``model`` config, and checkpoints.
+
+A checkpoint is self-describing: the resolved config, both sentencepiece models and the weights of
+the plain (unwrapped, uncompiled) model, so :func:`load_checkpoint` and :func:`model_from_checkpoint`
+need nothing else. Files are loaded with ``torch.load(weights_only=True)``, which cannot run code.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from nmt.attention import Memory
+from nmt.decoder import DecoderState, RNNDecoder
+from nmt.encoder import RNNEncoder
+from nmt.utils import atomic_write
+from nmt.vocab import PAD_ID, Vocab
+
+CHECKPOINT_FORMAT = "nmt-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class Seq2Seq(nn.Module):
+    """Encoder, attention and decoder.
+
+    :param encoder: source encoder.
+    :param decoder: decoder holding the attention module.
+    """
+
+    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder) -> None:
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Memory, DecoderState]:
+        """:param src: (B, S) long. :param src_lens: (B,) long (CPU).
+        :return: the attention memory and the decoder's initial state."""
+        enc = self.encoder(src, src_lens)
+        memory = self.decoder.attention.prepare(enc.states, enc.mask, enc.final)
+        return memory, self.decoder.init_state(enc)
+
+    def decode_step(self, prev: Tensor, memory: Memory, state: DecoderState) -> tuple[Tensor, DecoderState, Tensor]:
+        """One output step, for search.
+
+        :param prev: (B,) long, previous target token (BOS at the first step).
+        :return: logits (B, V), the new state, attention weights (B, S).
+        """
+        features, state, weights = self.decoder.step(prev, memory, state)
+        return self.decoder.logits(features), state, weights
+
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced scores of every target position.
+
+        :param src: (B, S) long. :param src_lens: (B,) long (CPU). :param tgt_in: (B, T) long, BOS + target.
+        :return: logits (B, T, V) and attention weights (B, T, S).
+        """
+        memory, state = self.encode(src, src_lens)
+        features, weights = self.decoder(tgt_in, memory, state)  # (B, T, O), (B, T, S)
+        return self.decoder.logits(features), weights
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """Instantiate ``model.encoder``, ``model.attention`` and ``model.decoder`` with the sizes known
+    only at run time (vocabularies, encoder output size) and inject the attention into the decoder."""
+    encoder = hydra.utils.instantiate(model_cfg.encoder, vocab_size=src_vocab_size, pad_id=PAD_ID)
+    attention = hydra.utils.instantiate(
+        model_cfg.attention, query_dim=model_cfg.decoder.hidden_dim, memory_dim=encoder.output_dim
+    )
+    decoder = hydra.utils.instantiate(
+        model_cfg.decoder,
+        vocab_size=tgt_vocab_size,
+        pad_id=PAD_ID,
+        attention=attention,
+        memory_dim=encoder.output_dim,
+    )
+    return Seq2Seq(encoder, decoder)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, truncated, corrupt, foreign or of another version."""
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    config: DictConfig | dict,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    train_state: dict[str, Any] | None = None,
+) -> None:
+    """Write a self-describing checkpoint atomically (temporary file, fsync, rename).
+
+    :param model: the plain ``Seq2Seq`` (not a DDP or compiled wrapper).
+    :param train_state: optimizer, scheduler, step, RNG... for resuming; omitted for inference-only files.
+    """
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "config": config,
+        "model": model.state_dict(),
+        "vocab": {"src": src_vocab.model_proto, "tgt": tgt_vocab.model_proto},
+        "train_state": train_state,
+    }
+    atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read and check a checkpoint; every failure is one :class:`CheckpointError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated, corrupt, or not written by nmt): {first}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an nmt checkpoint (no '{CHECKPOINT_FORMAT}' format tag)")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')} is not supported by this nmt "
+            f"(which reads version {CHECKPOINT_VERSION})"
+        )
+    return payload
+
+
+def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:
+    """Rebuild the model, vocabularies and config of a loaded checkpoint (model in eval mode)."""
+    config = OmegaConf.create(payload["config"])
+    src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
+    model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {e}") from None
+    return model.eval(), src_vocab, tgt_vocab, config

@@ -1,0 +1,358 @@
+"""Training: ``python -m nmt.train`` (Hydra entry point) and :func:`train`.
+
+The loop reads top to bottom: batch, forward, loss, backward, clip, step, log, validate,
+checkpoint. A run folder holds ``config.yaml``, ``train.log``, ``checkpoints/{best,last}.pt``,
+``tensorboard/``, ``hypotheses/`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from nmt.corpora import DataError, load_corpus
+from nmt.data import PairData, filter_training_pairs, tokenize
+from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
+from nmt.loss import sequence_loss
+from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
+from nmt.plotting import attention_figure
+from nmt.search import SearchSettings, greedy_search
+from nmt.utils import atomic_write_text, resolve_device, seed_everything, set_threads, setup_logging
+from nmt.vocab import PAD_ID, Vocab, VocabSettings, build_vocabs
+
+log = logging.getLogger("nmt.train")
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so a run resumes exactly."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # batches of the current epoch already used
+    best_bleu: float = -1.0
+    stale_validations: int = 0  # validations since the best one
+    bad_steps: int = 0  # non-finite losses in a row
+
+
+@dataclass
+class Splits:
+    """Everything a run reads: vocabularies, the filtered training data and the evaluation sets."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: PairData
+    evaluation: dict[str, tuple[PairData, list[str], list[str]]]  # role -> (ids, sources, references)
+
+
+def prepare_data(data_cfg: DictConfig) -> Splits:
+    """Read the corpus, build (or reuse) the subword models and the tokenized datasets."""
+    corpus = load_corpus(data_cfg)
+    cache = Path(data_cfg.cache_dir)
+    src_vocab, tgt_vocab = build_vocabs(
+        corpus["train"].src, corpus["train"].tgt, VocabSettings(**data_cfg.vocab), cache / "spm"
+    )
+    datasets_ = {role: tokenize(text, src_vocab, tgt_vocab, cache / "tokenized") for role, text in corpus.items()}
+    train_data = PairData(filter_training_pairs(datasets_["train"], data_cfg.max_len))
+    evaluation = {
+        role: (PairData(ds), corpus[role].src, corpus[role].tgt) for role, ds in datasets_.items() if role != "train"
+    }
+    log.info(
+        "data: %d training pairs, %s; vocabularies %d/%d pieces",
+        len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),
+    )  # fmt: skip
+    return Splits(src_vocab, tgt_vocab, train_data, evaluation)
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks after each update (then saves and exits)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Train the model ``cfg`` describes, writing everything into ``run_dir``.
+
+    :return: the final metrics (best validation BLEU, test BLEU/chrF per test split...).
+    """
+    run_dir = Path(run_dir)
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    setup_logging(run_dir / "train.log")
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    tcfg = cfg.train
+    seed_everything(tcfg.seed)
+    set_threads(tcfg.threads)
+    device = resolve_device(tcfg.device)
+
+    data = prepare_data(cfg.data)
+    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    optimizer = hydra.utils.instantiate(tcfg.optimizer)(model.parameters())
+    scheduler = hydra.utils.instantiate(tcfg.scheduler)(optimizer)
+    settings = SearchSettings(**tcfg.search)
+    progress = Progress()
+    resume = _resume_path(tcfg.resume, run_dir)
+    if resume is not None:
+        progress = _restore(resume, model, optimizer, scheduler, device)
+    log.info("model: %s parameters on %s; %s", f"{model.num_parameters():,}", device, _describe(cfg.model))
+
+    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=progress.step or None)
+    stop = _StopRequest()
+    checkpoint = lambda name, **kw: save_checkpoint(  # noqa: E731
+        run_dir / "checkpoints" / name, model, cfg, data.src_vocab, data.tgt_vocab, **kw
+    )
+    train_state = lambda: _train_state(progress, optimizer, scheduler)  # noqa: E731
+    done, reason = False, "max_epochs reached"
+    window_tokens, window_start = 0, time.perf_counter()
+    try:
+        while not done and progress.epoch < tcfg.max_epochs:
+            batches = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=tcfg.seed, epoch=progress.epoch)
+            if progress.batch_in_epoch == 0:
+                log.info("epoch %d: %d batches, %.1f%% padding", progress.epoch + 1, len(batches),
+                         100 * data.train.padding_fraction(batches))  # fmt: skip
+            bar = tqdm(total=len(batches), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch + 1}",
+                       disable=not sys.stderr.isatty(), leave=False, dynamic_ncols=True)  # fmt: skip
+            for indices in batches[progress.batch_in_epoch :]:
+                model.train()
+                batch = data.train.collate(indices).to(device)
+                logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
+                loss_sum, nll_sum, num_tokens = sequence_loss(logits, batch.tgt_out, PAD_ID, tcfg.label_smoothing)
+                loss = loss_sum / num_tokens
+                optimizer.zero_grad(set_to_none=True)
+                progress.batch_in_epoch += 1
+                if not torch.isfinite(loss):
+                    progress.bad_steps += 1
+                    log.warning("non-finite loss at update %d: skipped (%d in a row)", progress.step + 1, progress.bad_steps)
+                    if progress.bad_steps >= tcfg.max_bad_steps:
+                        raise FloatingPointError(
+                            f"{progress.bad_steps} non-finite losses in a row (train.max_bad_steps="
+                            f"{tcfg.max_bad_steps}); lower train.optimizer.lr or check the data. The last good "
+                            f"checkpoint is {run_dir / 'checkpoints' / 'last.pt'}"
+                        )
+                    continue
+                progress.bad_steps = 0
+                loss.backward()
+                grad_norm = _clip(model, tcfg.clip_norm)
+                optimizer.step()
+                if not isinstance(scheduler, ReduceLROnPlateau):
+                    scheduler.step()
+                progress.step += 1
+                window_tokens += num_tokens
+                bar.update(1)
+                if progress.step % tcfg.log_every == 0:
+                    elapsed = time.perf_counter() - window_start
+                    nll = float(nll_sum) / num_tokens
+                    lr = optimizer.param_groups[0]["lr"]
+                    _log_train(writer, progress.step, float(loss), nll, lr, float(grad_norm), window_tokens / elapsed)
+                    bar.set_postfix(loss=f"{float(loss):.3f}", tok_s=f"{window_tokens / elapsed:.0f}")
+                    window_tokens, window_start = 0, time.perf_counter()
+                end_of_epoch = progress.batch_in_epoch == len(batches)
+                if end_of_epoch:
+                    progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+                if tcfg.max_steps and progress.step >= tcfg.max_steps:
+                    done, reason = True, "max_steps reached"
+                due = (tcfg.eval_every and progress.step % tcfg.eval_every == 0) or (not tcfg.eval_every and end_of_epoch)
+                if due or done:
+                    bleu = _validate(model, data, settings, cfg, writer, progress.step, run_dir, device)
+                    if isinstance(scheduler, ReduceLROnPlateau):
+                        scheduler.step(bleu)
+                    improved = bleu > progress.best_bleu
+                    progress.best_bleu = max(progress.best_bleu, bleu)
+                    progress.stale_validations = 0 if improved else progress.stale_validations + 1
+                    checkpoint("last.pt", train_state=train_state())
+                    if improved:
+                        checkpoint("best.pt", train_state=train_state())
+                    _keep_periodic(checkpoint, run_dir, progress.step, tcfg.keep_checkpoints)
+                    if tcfg.patience and progress.stale_validations >= tcfg.patience:
+                        done, reason = True, f"early stopping: no better validation BLEU in {tcfg.patience} validations"
+                    window_start = time.perf_counter()
+                if stop.signal is not None:
+                    checkpoint("last.pt", train_state=train_state())
+                    log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
+                             stop.signal, run_dir / "checkpoints" / "last.pt", run_dir)  # fmt: skip
+                    return {"interrupted": 1.0, "step": float(progress.step)}
+                if done or end_of_epoch:
+                    break
+            bar.close()
+    finally:
+        stop.restore()
+    log.info("training stopped after %d updates: %s; best validation BLEU %.2f", progress.step, reason, progress.best_bleu)
+    results = _final_evaluation(model, data, settings, cfg, run_dir, device, progress)
+    writer.add_hparams(_hparams(cfg), {"hparam/best_valid_bleu": progress.best_bleu}, run_name=".")
+    writer.close()
+    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    return results
+
+
+# --------------------------------------------------------------------------- helpers of the loop
+
+
+def _clip(model: Seq2Seq, clip_norm: float) -> torch.Tensor:
+    if clip_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))  # only measures
+
+
+def _log_train(writer: SummaryWriter, step: int, loss: float, nll: float, lr: float, grad_norm: float, tok_s: float):
+    log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s",
+             step, loss, perplexity(nll), lr, grad_norm, tok_s)  # fmt: skip
+    writer.add_scalar("train/loss", loss, step)
+    writer.add_scalar("train/ppl", perplexity(nll), step)
+    writer.add_scalar("train/lr", lr, step)
+    writer.add_scalar("train/grad_norm", grad_norm, step)
+    writer.add_scalar("train/tgt_tokens_per_s", tok_s, step)
+
+
+def _validate(model, data: Splits, settings, cfg, writer, step: int, run_dir: Path, device) -> float:
+    """Loss, perplexity, BLEU and chrF on the validation split; hypotheses and heatmaps saved."""
+    valid, sources, references = data.evaluation["valid"]
+    start = time.perf_counter()
+    nll, _ = teacher_forced_nll(model, valid, cfg.data.max_tokens, device)
+    hyps, _ = translate_data(model, valid, data.tgt_vocab, settings, cfg.train.decode_batch_size, device)
+    scores = corpus_scores(hyps, references)
+    atomic_write_text(run_dir / "hypotheses" / f"valid-step{step}.txt", "".join(h + "\n" for h in hyps))
+    writer.add_scalar("valid/loss", nll, step)
+    writer.add_scalar("valid/ppl", perplexity(nll), step)
+    writer.add_scalar("valid/bleu", scores.bleu, step)
+    writer.add_scalar("valid/chrf", scores.chrf, step)
+    if model.decoder.attention.has_alignment:
+        _log_heatmaps(model, valid, data, cfg.train.num_heatmaps, writer, step, device)
+    log.info("validation at update %d: loss %.4f, ppl %.2f, BLEU %.2f, chrF %.2f (%.1fs) [%s]",
+             step, nll, perplexity(nll), scores.bleu, scores.chrf, time.perf_counter() - start,
+             scores.bleu_signature)  # fmt: skip
+    return scores.bleu
+
+
+def _log_heatmaps(model, valid: PairData, data: Splits, count: int, writer, step: int, device) -> None:
+    """Greedy alignments of the first ``count`` validation sentences, as TensorBoard figures."""
+    for i in range(min(count, len(valid))):
+        batch = valid.collate(np.array([i])).to(device)
+        (hyp,) = greedy_search(model, batch.src, batch.src_lens, 1.5, 10, return_attention=True)[0:1][0]
+        src_labels = data.src_vocab.pieces(valid.src_ids[i]) + ["</s>"]
+        tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
+        fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")
+        writer.add_figure(f"attention/valid_{i}", fig, step)  # closes the figure
+
+
+def _keep_periodic(checkpoint, run_dir: Path, step: int, keep: int) -> None:
+    """Save a weights-only checkpoint of this update and delete all but the newest ``keep``."""
+    if keep <= 0:
+        return
+    checkpoint(f"step{step:08d}.pt")
+    for old in sorted((run_dir / "checkpoints").glob("step*.pt"))[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def _final_evaluation(model, data: Splits, settings, cfg, run_dir: Path, device, progress: Progress) -> dict:
+    """Score the best checkpoint on every test split; hypotheses go to ``hypotheses/<split>.txt``."""
+    best = run_dir / "checkpoints" / "best.pt"
+    if best.exists():
+        model.load_state_dict(load_checkpoint(best, device)["model"])
+    results: dict[str, float] = {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
+    for role, (split, _, references) in data.evaluation.items():
+        if role == "valid":
+            continue
+        hyps, _ = translate_data(model, split, data.tgt_vocab, settings, cfg.train.decode_batch_size, device)
+        scores = corpus_scores(hyps, references)
+        atomic_write_text(run_dir / "hypotheses" / f"{role}.txt", "".join(h + "\n" for h in hyps))
+        results[f"{role}_bleu"], results[f"{role}_chrf"] = scores.bleu, scores.chrf
+        log.info("%s: BLEU %.2f, chrF %.2f [%s]", role, scores.bleu, scores.chrf, scores.bleu_signature)
+    return results
+
+
+def _train_state(progress: Progress, optimizer, scheduler) -> dict:
+    return {
+        "progress": asdict(progress),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
+    if resume in (None, "", "none"):
+        return None
+    if resume == "auto":
+        last = run_dir / "checkpoints" / "last.pt"
+        return last if last.exists() else None
+    return Path(resume)
+
+
+def _restore(path: Path, model, optimizer, scheduler, device) -> Progress:
+    payload = load_checkpoint(path, device)
+    state = payload["train_state"]
+    if state is None:
+        raise CheckpointError(f"{path}: holds weights only (no optimizer state); it cannot be resumed")
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"].cpu())
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+    progress = Progress(**state["progress"])
+    log.info("resumed from %s at update %d (epoch %d, batch %d)", path, progress.step, progress.epoch + 1,
+             progress.batch_in_epoch)  # fmt: skip
+    return progress
+
+
+def _describe(model_cfg: DictConfig) -> str:
+    name = lambda node: node._target_.rsplit(".", 1)[-1]  # noqa: E731
+    return f"{name(model_cfg.encoder)} + {name(model_cfg.attention)} + {name(model_cfg.decoder)}"
+
+
+def _hparams(cfg: DictConfig) -> dict:
+    flat = {}
+    for section in ("model", "train", "data"):
+        for key, value in _flatten(OmegaConf.to_container(cfg[section], resolve=True), section).items():
+            flat[key] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
+
+
+def _flatten(node, prefix: str) -> dict:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out = {}
+    for key, value in node.items():
+        out.update(_flatten(value, f"{prefix}.{key}"))
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def main(cfg: DictConfig) -> float:
+    try:
+        results = train(cfg, HydraConfig.get().runtime.output_dir)
+    except (DataError, CheckpointError, FloatingPointError, ValueError) as e:
+        logging.getLogger("nmt").error("%s", e)
+        sys.exit(1)
+    best = results.get("best_valid_bleu", float("nan"))
+    return best if math.isfinite(best) else 0.0  # for Hydra sweepers
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Small shared helpers: atomic file writes, seeding, device and thread choice, logging setup."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import torch
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` through a temporary file in the same folder, fsync it, then rename.
+
+    A reader (or a run killed half way) never sees a half-written file under the final name:
+    it sees the old file or the new one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present, else the CPU; anything else is passed to torch."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def set_threads(num_threads: int) -> None:
+    """``0`` keeps torch's default (one thread per core); otherwise use exactly that many."""
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+
+
+def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO) -> None:
+    """Log to stderr and, when given, to ``log_file``, unless such handlers exist already (Hydra
+    installs its own: a console handler and ``<run>/<job name>.log``); safe to call more than once."""
+    root = logging.getLogger()
+    root.setLevel(level)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    if log_file is not None:
+        path = str(Path(log_file).resolve())
+        if not any(getattr(h, "baseFilename", None) == path for h in root.handlers):
+            file_handler = logging.FileHandler(path, encoding="utf-8")
+            file_handler.setFormatter(fmt)
+            root.addHandler(file_handler)

@@ -1,0 +1,153 @@
+"""Subword vocabularies: sentencepiece (Kudo & Richardson 2018) unigram or BPE models.
+
+Every model made here has the same four special ids, which the rest of the package relies on:
+
+    PAD_ID = 0   padding, never produced by the model (its logit is masked in search)
+    UNK_ID = 1   unknown piece
+    BOS_ID = 2   start of a target sentence (decoder input at step 1)
+    EOS_ID = 3   end of a sentence (appended to sources and targets)
+
+Models are trained on the training split only, and cached under a key made from the training text
+and the settings, so that a second run on the same data (whatever the file names) reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from nmt.utils import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+class Vocab:
+    """A loaded sentencepiece model with the fixed special ids.
+
+    :param model_proto: the serialized sentencepiece model (the bytes of a ``.model`` file).
+    """
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.model_proto = bytes(model_proto)
+        self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"sentencepiece model has special ids pad/unk/bos/eos={ids}, expected "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with nmt.vocab.train_sentencepiece"
+            )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocab:
+        return cls(Path(path).read_bytes())
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        """Subword ids of each line, without BOS/EOS."""
+        return self.sp.encode(list(lines), out_type=int)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Detokenized text of one id sequence; special ids are skipped."""
+        return self.sp.decode([i for i in ids if i > EOS_ID])
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """The subword strings of ``ids`` (for labelling alignment plots)."""
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.model_proto).hexdigest()
+
+
+@dataclass(frozen=True)
+class VocabSettings:
+    """How the subword models are trained (the ``data.vocab`` config node).
+
+    :param type: ``unigram`` or ``bpe``.
+    :param size: number of pieces, specials included; a soft limit on tiny corpora.
+    :param joint: one model for both languages (needed for tied source/target embeddings).
+    :param character_coverage: fraction of characters covered by the model's alphabet.
+    """
+
+    type: str
+    size: int
+    joint: bool
+    character_coverage: float
+
+
+def train_sentencepiece(lines: Iterable[str], settings: VocabSettings) -> bytes:
+    """Train one sentencepiece model on ``lines`` and return its serialized proto."""
+    sentences = [line for line in lines if line.strip()]
+    if not sentences:
+        raise ValueError("cannot train a sentencepiece model on an empty corpus")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        model_type=settings.type,
+        vocab_size=settings.size,
+        character_coverage=settings.character_coverage,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        hard_vocab_limit=False,  # tiny corpora get as many pieces as they support
+        input_sentence_size=2_000_000,
+        shuffle_input_sentence=True,
+        num_threads=2,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def _content_key(settings: VocabSettings, *texts: Sequence[str]) -> str:
+    digest = hashlib.sha256(json.dumps(settings.__dict__, sort_keys=True).encode())
+    for text in texts:
+        for line in text:
+            digest.update(line.encode("utf-8"))
+            digest.update(b"\n")
+        digest.update(b"\0")
+    return digest.hexdigest()[:20]
+
+
+def build_vocabs(
+    src_lines: Sequence[str], tgt_lines: Sequence[str], settings: VocabSettings, cache_dir: Path
+) -> tuple[Vocab, Vocab]:
+    """Source and target vocabularies for a training corpus, from the cache when possible.
+
+    :param src_lines: training source sentences.
+    :param tgt_lines: training target sentences.
+    :param settings: model type, size, joint or separate.
+    :param cache_dir: folder of cached models, ``<cache_dir>/<key>/{src,tgt}.model``.
+    :return: ``(src_vocab, tgt_vocab)``; the same object twice when ``settings.joint``.
+    """
+    key = _content_key(settings, src_lines, tgt_lines)
+    folder = Path(cache_dir) / key
+    src_path, tgt_path = folder / "src.model", folder / "tgt.model"
+    if src_path.exists() and tgt_path.exists():
+        log.info("reusing sentencepiece models from %s", folder)
+        src, tgt = Vocab.load(src_path), Vocab.load(tgt_path)
+        return (src, src) if settings.joint else (src, tgt)
+    log.info("training %s sentencepiece model(s), %d pieces, into %s", settings.type, settings.size, folder)
+    if settings.joint:
+        src_proto = tgt_proto = train_sentencepiece([*src_lines, *tgt_lines], settings)
+    else:
+        src_proto = train_sentencepiece(src_lines, settings)
+        tgt_proto = train_sentencepiece(tgt_lines, settings)
+    atomic_write_bytes(src_path, src_proto)
+    atomic_write_bytes(tgt_path, tgt_proto)
+    src = Vocab(src_proto)
+    return (src, src) if settings.joint else (src, Vocab(tgt_proto))
