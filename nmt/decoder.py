@@ -39,9 +39,12 @@ def gru_update(input_gates: Tensor, hidden_gates: Tensor, hidden: Tensor) -> Ten
     :return: (B, H) new state.
     """
     size = hidden.size(-1)
-    reset_update = torch.sigmoid(input_gates[:, : 2 * size] + hidden_gates[:, : 2 * size])  # (B, 2H)
-    reset, update = reset_update[:, :size], reset_update[:, size:]
-    new = torch.tanh(input_gates[:, 2 * size :] + reset * hidden_gates[:, 2 * size :])  # (B, H)
+    # split, not slicing: the backward of split is one concatenation, while each slice's backward
+    # would allocate and fill a zero tensor of the full (B, 3H) size
+    input_rz, input_new = input_gates.split([2 * size, size], dim=1)  # (B, 2H), (B, H)
+    hidden_rz, hidden_new = hidden_gates.split([2 * size, size], dim=1)
+    reset, update = torch.sigmoid(input_rz + hidden_rz).chunk(2, dim=1)  # 2 x (B, H)
+    new = torch.tanh(input_new + reset * hidden_new)  # (B, H)
     return new + update * (hidden - new)  # = (1 - z) * n + z * h
 
 
@@ -152,8 +155,8 @@ class BahdanauDecoder(RNNDecoder):
         emb_gates = self.emb_to_gates(emb)  # (B, T, 3H): all steps in one matmul
         (hidden,) = state
         hiddens, contexts, weights = [], [], []
-        for t in range(tgt_in.size(1)):
-            hidden, context, step_weights = self._recur(emb_gates[:, t], memory, hidden)
+        for step_gates in emb_gates.unbind(1):  # unbind, not [:, t]: its backward is one stack, not T copies
+            hidden, context, step_weights = self._recur(step_gates, memory, hidden)
             hiddens.append(hidden)
             contexts.append(context)
             weights.append(step_weights)
@@ -222,8 +225,8 @@ class LuongDecoder(RNNDecoder):
         :return: features (B, T, O), weights (B, T, S)."""
         emb_gates = self.emb_to_gates(self.dropout(self.embedding(tgt_in)))  # (B, T) -> (B, T, 3H)
         outputs, weights = [], []
-        for t in range(tgt_in.size(1)):
-            hidden, attentional, step_weights = self._recur(emb_gates[:, t], memory, state)
+        for step_gates in emb_gates.unbind(1):
+            hidden, attentional, step_weights = self._recur(step_gates, memory, state)
             state = self._state(hidden, attentional)
             outputs.append(attentional)
             weights.append(step_weights)

@@ -20,11 +20,16 @@ def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing:
     :return: smoothed loss summed over real tokens, NLL summed over real tokens (both 0-dim tensors),
         and the number of real tokens."""
     logits, targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)  # (N, V), (N,)
-    keep = targets != pad_id
-    log_probs = torch.log_softmax(logits[keep].float(), dim=-1)  # (n, V) real tokens only
-    nll = -log_probs.gather(1, targets[keep].unsqueeze(1)).sum()
+    keep = targets != pad_id  # (N,)
+    # Masking by multiplication, not by indexing: with length-bucketed batches only a few rows are
+    # padding, and boolean indexing of an (N, V) tensor costs a full copy forward and backward.
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    token_nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,)
+    weight = keep.to(log_probs.dtype)
+    nll = (token_nll * weight).sum()
+    num_tokens = int(keep.sum())
     if label_smoothing == 0.0:
-        return nll, nll.detach(), int(keep.sum())
-    uniform = -log_probs.mean(dim=-1).sum()
+        return nll, nll.detach(), num_tokens
+    uniform = (-log_probs.mean(dim=-1) * weight).sum()
     loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
-    return loss, nll.detach(), log_probs.size(0)
+    return loss, nll.detach(), num_tokens

@@ -13,6 +13,7 @@ import math
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,18 +22,21 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from nmt import distributed
 from nmt.corpora import DataError, load_corpus
-from nmt.data import PairData, filter_training_pairs, tokenize
+from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
+from nmt.distributed import Dist
 from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
 from nmt.loss import sequence_loss
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
-from nmt.utils import atomic_write_text, resolve_device, seed_everything, set_threads, setup_logging
+from nmt.utils import atomic_write_text, seed_everything, set_threads, setup_logging
 from nmt.vocab import PAD_ID, Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger("nmt.train")
@@ -44,7 +48,8 @@ class Progress:
 
     step: int = 0  # updates done
     epoch: int = 0  # current epoch (0-based)
-    batch_in_epoch: int = 0  # batches of the current epoch already used
+    update_in_epoch: int = 0  # updates of the current epoch done (each uses accum_steps batches per rank)
+    world_size: int = 1  # processes that made this progress
     best_bleu: float = -1.0
     stale_validations: int = 0  # validations since the best one
     bad_steps: int = 0  # non-finite losses in a row
@@ -99,110 +104,121 @@ class _StopRequest:
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Train the model ``cfg`` describes, writing everything into ``run_dir``.
 
+    Under ``torchrun`` every process runs this function on its shard of each epoch; only rank 0
+    logs, validates and writes files, and it tells the others when to stop.
+
     :return: the final metrics (best validation BLEU, test BLEU/chrF per test split...).
     """
-    run_dir = Path(run_dir)
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    setup_logging(run_dir / "train.log")
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    tcfg = cfg.train
-    seed_everything(tcfg.seed)
+    run_dir, tcfg = Path(run_dir), cfg.train
+    job = distributed.setup(tcfg.device, tcfg.dist_backend)
+    if job.is_main:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        setup_logging(run_dir / "train.log")
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    else:
+        logging.getLogger().setLevel(logging.WARNING)
+    seed_everything(tcfg.seed + job.rank)  # different dropout masks on each rank
     set_threads(tcfg.threads)
-    device = resolve_device(tcfg.device)
+    device = job.device
 
     data = prepare_data(cfg.data)
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    net = DistributedDataParallel(model) if job.enabled else model  # the plain model is what gets saved
     optimizer = hydra.utils.instantiate(tcfg.optimizer)(model.parameters())
     scheduler = hydra.utils.instantiate(tcfg.scheduler)(optimizer)
     settings = SearchSettings(**tcfg.search)
     progress = Progress()
     resume = _resume_path(tcfg.resume, run_dir)
     if resume is not None:
-        progress = _restore(resume, model, optimizer, scheduler, device)
-    log.info("model: %s parameters on %s; %s", f"{model.num_parameters():,}", device, _describe(cfg.model))
+        progress = _restore(resume, model, optimizer, scheduler, job)
+    log.info("model: %s parameters on %s x %d process(es); %s; effective batch %d x %d x %d tokens",
+             f"{model.num_parameters():,}", device, job.world_size, _describe(cfg.model), cfg.data.max_tokens,
+             job.world_size, tcfg.accum_steps)  # fmt: skip
 
-    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=progress.step or None)
+    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=progress.step or None) if job.is_main else None
     stop = _StopRequest()
     checkpoint = lambda name, **kw: save_checkpoint(  # noqa: E731
         run_dir / "checkpoints" / name, model, cfg, data.src_vocab, data.tgt_vocab, **kw
     )
-    train_state = lambda: _train_state(progress, optimizer, scheduler)  # noqa: E731
+    train_state = lambda: _train_state(progress, optimizer, scheduler, job)  # noqa: E731 (collective)
     done, reason = False, "max_epochs reached"
     window_tokens, window_start = 0, time.perf_counter()
     try:
         while not done and progress.epoch < tcfg.max_epochs:
             batches = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=tcfg.seed, epoch=progress.epoch)
-            if progress.batch_in_epoch == 0:
+            if progress.update_in_epoch == 0:
                 log.info("epoch %d: %d batches, %.1f%% padding", progress.epoch + 1, len(batches),
                          100 * data.train.padding_fraction(batches))  # fmt: skip
-            bar = tqdm(total=len(batches), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch + 1}",
-                       disable=not sys.stderr.isatty(), leave=False, dynamic_ncols=True)  # fmt: skip
-            for indices in batches[progress.batch_in_epoch :]:
-                model.train()
-                batch = data.train.collate(indices).to(device)
-                logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-                loss_sum, nll_sum, num_tokens = sequence_loss(logits, batch.tgt_out, PAD_ID, tcfg.label_smoothing)
-                loss = loss_sum / num_tokens
-                optimizer.zero_grad(set_to_none=True)
-                progress.batch_in_epoch += 1
-                if not torch.isfinite(loss):
+            mine = shard(batches, job.rank, job.world_size)
+            groups = [mine[i : i + tcfg.accum_steps] for i in range(0, len(mine), tcfg.accum_steps)]
+            bar = tqdm(total=len(groups), initial=progress.update_in_epoch, desc=f"epoch {progress.epoch + 1}",
+                       disable=not (job.is_main and sys.stderr.isatty()), leave=False, dynamic_ncols=True)  # fmt: skip
+            for group in groups[progress.update_in_epoch :]:
+                stats = train_update(net, optimizer, [data.train.collate(ix).to(device) for ix in group], tcfg, job)
+                progress.update_in_epoch += 1
+                if not math.isfinite(stats.grad_norm):
                     progress.bad_steps += 1
-                    log.warning("non-finite loss at update %d: skipped (%d in a row)", progress.step + 1, progress.bad_steps)
+                    log.warning("non-finite loss or gradient at update %d: skipped (%d in a row)",
+                                progress.step + 1, progress.bad_steps)  # fmt: skip
                     if progress.bad_steps >= tcfg.max_bad_steps:
                         raise FloatingPointError(
-                            f"{progress.bad_steps} non-finite losses in a row (train.max_bad_steps="
-                            f"{tcfg.max_bad_steps}); lower train.optimizer.lr or check the data. The last good "
-                            f"checkpoint is {run_dir / 'checkpoints' / 'last.pt'}"
+                            f"{progress.bad_steps} non-finite losses in a row (train.max_bad_steps={tcfg.max_bad_steps});"
+                            f" lower train.optimizer.lr or check the data. The last good checkpoint is "
+                            f"{run_dir / 'checkpoints' / 'last.pt'}"
                         )
-                    continue
-                progress.bad_steps = 0
-                loss.backward()
-                grad_norm = _clip(model, tcfg.clip_norm)
-                optimizer.step()
-                if not isinstance(scheduler, ReduceLROnPlateau):
-                    scheduler.step()
-                progress.step += 1
-                window_tokens += num_tokens
+                else:
+                    progress.bad_steps = 0
+                    if not isinstance(scheduler, ReduceLROnPlateau):
+                        scheduler.step()
+                    progress.step += 1
+                    window_tokens += stats.tokens
                 bar.update(1)
-                if progress.step % tcfg.log_every == 0:
-                    elapsed = time.perf_counter() - window_start
-                    nll = float(nll_sum) / num_tokens
-                    lr = optimizer.param_groups[0]["lr"]
-                    _log_train(writer, progress.step, float(loss), nll, lr, float(grad_norm), window_tokens / elapsed)
-                    bar.set_postfix(loss=f"{float(loss):.3f}", tok_s=f"{window_tokens / elapsed:.0f}")
+                if job.is_main and progress.step % tcfg.log_every == 0 and progress.bad_steps == 0:
+                    tok_s = window_tokens * job.world_size / (time.perf_counter() - window_start)
+                    _log_train(writer, progress.step, stats, optimizer.param_groups[0]["lr"], tok_s)
+                    bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
                     window_tokens, window_start = 0, time.perf_counter()
-                end_of_epoch = progress.batch_in_epoch == len(batches)
+                end_of_epoch = progress.update_in_epoch == len(groups)
                 if end_of_epoch:
-                    progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+                    progress.epoch, progress.update_in_epoch = progress.epoch + 1, 0
                 if tcfg.max_steps and progress.step >= tcfg.max_steps:
                     done, reason = True, "max_steps reached"
-                due = (tcfg.eval_every and progress.step % tcfg.eval_every == 0) or (not tcfg.eval_every and end_of_epoch)
+                due = (tcfg.eval_every and progress.step % tcfg.eval_every == 0 and progress.bad_steps == 0) or (
+                    not tcfg.eval_every and end_of_epoch
+                )
                 if due or done:
-                    bleu = _validate(model, data, settings, cfg, writer, progress.step, run_dir, device)
+                    bleu = _validate(model, data, settings, cfg, writer, progress.step, run_dir) if job.is_main else 0.0
+                    bleu = job.broadcast(bleu)
                     if isinstance(scheduler, ReduceLROnPlateau):
                         scheduler.step(bleu)
                     improved = bleu > progress.best_bleu
                     progress.best_bleu = max(progress.best_bleu, bleu)
                     progress.stale_validations = 0 if improved else progress.stale_validations + 1
-                    checkpoint("last.pt", train_state=train_state())
-                    if improved:
-                        checkpoint("best.pt", train_state=train_state())
-                    _keep_periodic(checkpoint, run_dir, progress.step, tcfg.keep_checkpoints)
+                    state = train_state()
+                    if job.is_main:
+                        checkpoint("last.pt", train_state=state)
+                        if improved:
+                            checkpoint("best.pt", train_state=state)
+                        _keep_periodic(checkpoint, run_dir, progress.step, tcfg.keep_checkpoints)
                     if tcfg.patience and progress.stale_validations >= tcfg.patience:
                         done, reason = True, f"early stopping: no better validation BLEU in {tcfg.patience} validations"
                     window_start = time.perf_counter()
-                if stop.signal is not None:
-                    checkpoint("last.pt", train_state=train_state())
-                    log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
-                             stop.signal, run_dir / "checkpoints" / "last.pt", run_dir)  # fmt: skip
-                    return {"interrupted": 1.0, "step": float(progress.step)}
+                if job.broadcast(stop.signal) is not None:  # rank 0's signal stops every rank
+                    state = train_state()
+                    if job.is_main:
+                        checkpoint("last.pt", train_state=state)
+                        log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
+                                 stop.signal, run_dir / "checkpoints" / "last.pt", run_dir)  # fmt: skip
+                    return {"interrupted": 1.0, "steps": float(progress.step)}
                 if done or end_of_epoch:
                     break
             bar.close()
     finally:
         stop.restore()
     log.info("training stopped after %d updates: %s; best validation BLEU %.2f", progress.step, reason, progress.best_bleu)
-    results = _final_evaluation(model, data, settings, cfg, run_dir, device, progress)
+    if not job.is_main:
+        return {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
+    results = _final_evaluation(model, data, settings, cfg, run_dir, progress)
     writer.add_hparams(_hparams(cfg), {"hparam/best_valid_bleu": progress.best_bleu}, run_name=".")
     writer.close()
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
@@ -212,25 +228,66 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 # --------------------------------------------------------------------------- helpers of the loop
 
 
-def _clip(model: Seq2Seq, clip_norm: float) -> torch.Tensor:
-    if clip_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))  # only measures
+@dataclass
+class UpdateStats:
+    """What one update measured: smoothed loss and NLL per target token (this rank), its target
+    tokens, and the gradient norm before clipping (non-finite: the update was skipped)."""
+
+    loss: float
+    nll: float
+    tokens: int
+    grad_norm: float
 
 
-def _log_train(writer: SummaryWriter, step: int, loss: float, nll: float, lr: float, grad_norm: float, tok_s: float):
+def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: DictConfig, job: Dist) -> UpdateStats:
+    """One optimizer update from ``batches`` (gradient accumulation) on every rank.
+
+    The loss is normalised by the target tokens of all batches on all ranks, so that k batches
+    accumulated, or k ranks with one batch each, give the gradient of one batch holding them all.
+    DDP averages gradients over ranks, hence the factor ``world_size``.
+    """
+    local_tokens = sum(b.num_tgt_tokens for b in batches)
+    total_tokens = job.sum(local_tokens)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = nll_sum = 0.0
+    net.train()
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = nullcontext() if last or not job.enabled else net.no_sync()  # all-reduce once, at the end
+        with sync, _autocast(batch.src.device, tcfg.amp):
+            logits, _ = net(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
+            loss, nll, _ = sequence_loss(logits, batch.tgt_out, PAD_ID, tcfg.label_smoothing)
+            (loss * (job.world_size / total_tokens)).backward()
+        loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll)
+    # the same (all-reduced) gradients on every rank, so every rank takes the same decision
+    limit = tcfg.clip_norm if tcfg.clip_norm > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), limit))
+    if math.isfinite(grad_norm):
+        optimizer.step()
+    return UpdateStats(loss_sum / local_tokens, nll_sum / local_tokens, local_tokens, grad_norm)
+
+
+def _autocast(device: torch.device, amp: str):
+    """bf16 autocast on GPUs when ``train.amp=bf16``; nothing on the CPU."""
+    if amp == "bf16" and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, tok_s: float) -> None:
     log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s",
-             step, loss, perplexity(nll), lr, grad_norm, tok_s)  # fmt: skip
-    writer.add_scalar("train/loss", loss, step)
-    writer.add_scalar("train/ppl", perplexity(nll), step)
+             step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s)  # fmt: skip
+    writer.add_scalar("train/loss", stats.loss, step)
+    writer.add_scalar("train/ppl", perplexity(stats.nll), step)
     writer.add_scalar("train/lr", lr, step)
-    writer.add_scalar("train/grad_norm", grad_norm, step)
+    writer.add_scalar("train/grad_norm", stats.grad_norm, step)
     writer.add_scalar("train/tgt_tokens_per_s", tok_s, step)
 
 
-def _validate(model, data: Splits, settings, cfg, writer, step: int, run_dir: Path, device) -> float:
+def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, step: int, run_dir: Path) -> float:
     """Loss, perplexity, BLEU and chrF on the validation split; hypotheses and heatmaps saved."""
-    valid, sources, references = data.evaluation["valid"]
+    device = next(model.parameters()).device
+    valid, _, references = data.evaluation["valid"]
     start = time.perf_counter()
     nll, _ = teacher_forced_nll(model, valid, cfg.data.max_tokens, device)
     hyps, _ = translate_data(model, valid, data.tgt_vocab, settings, cfg.train.decode_batch_size, device)
@@ -252,7 +309,7 @@ def _log_heatmaps(model, valid: PairData, data: Splits, count: int, writer, step
     """Greedy alignments of the first ``count`` validation sentences, as TensorBoard figures."""
     for i in range(min(count, len(valid))):
         batch = valid.collate(np.array([i])).to(device)
-        (hyp,) = greedy_search(model, batch.src, batch.src_lens, 1.5, 10, return_attention=True)[0:1][0]
+        (hyp,) = greedy_search(model, batch.src, batch.src_lens, 1.5, 10, return_attention=True)[0]
         src_labels = data.src_vocab.pieces(valid.src_ids[i]) + ["</s>"]
         tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
         fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")
@@ -268,8 +325,9 @@ def _keep_periodic(checkpoint, run_dir: Path, step: int, keep: int) -> None:
         old.unlink(missing_ok=True)
 
 
-def _final_evaluation(model, data: Splits, settings, cfg, run_dir: Path, device, progress: Progress) -> dict:
+def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path, progress: Progress) -> dict:
     """Score the best checkpoint on every test split; hypotheses go to ``hypotheses/<split>.txt``."""
+    device = next(model.parameters()).device
     best = run_dir / "checkpoints" / "best.pt"
     if best.exists():
         model.load_state_dict(load_checkpoint(best, device)["model"])
@@ -285,12 +343,15 @@ def _final_evaluation(model, data: Splits, settings, cfg, run_dir: Path, device,
     return results
 
 
-def _train_state(progress: Progress, optimizer, scheduler) -> dict:
+def _train_state(progress: Progress, optimizer, scheduler, job: Dist) -> dict:
+    """Everything besides the weights that an exact resume needs; a collective under DDP (it
+    gathers every rank's random-number state)."""
+    progress.world_size = job.world_size
     return {
         "progress": asdict(progress),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
+        "torch_rng": job.gather(torch.get_rng_state()),  # one per rank
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
 
@@ -304,20 +365,26 @@ def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _restore(path: Path, model, optimizer, scheduler, device) -> Progress:
-    payload = load_checkpoint(path, device)
+def _restore(path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist) -> Progress:
+    payload = load_checkpoint(path, job.device)
     state = payload["train_state"]
     if state is None:
         raise CheckpointError(f"{path}: holds weights only (no optimizer state); it cannot be resumed")
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"].cpu())
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
     progress = Progress(**state["progress"])
-    log.info("resumed from %s at update %d (epoch %d, batch %d)", path, progress.step, progress.epoch + 1,
-             progress.batch_in_epoch)  # fmt: skip
+    if progress.world_size == job.world_size:
+        torch.set_rng_state(state["torch_rng"][job.rank].cpu())
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+    else:  # other shards: continue at the same fraction of the epoch, with fresh dropout masks
+        progress.update_in_epoch = progress.update_in_epoch * progress.world_size // job.world_size
+        torch.manual_seed(progress.step * 1000 + job.rank)
+        log.warning("resuming with %d processes from a run with %d: the epoch continues at about the same place, "
+                    "not at exactly the same batch", job.world_size, progress.world_size)  # fmt: skip
+    log.info("resumed from %s at update %d (epoch %d, update %d of the epoch)", path, progress.step, progress.epoch + 1,
+             progress.update_in_epoch)  # fmt: skip
     return progress
 
 
@@ -350,6 +417,8 @@ def main(cfg: DictConfig) -> float:
     except (DataError, CheckpointError, FloatingPointError, ValueError) as e:
         logging.getLogger("nmt").error("%s", e)
         sys.exit(1)
+    finally:
+        distributed.teardown()
     best = results.get("best_valid_bleu", float("nan"))
     return best if math.isfinite(best) else 0.0  # for Hydra sweepers
 
