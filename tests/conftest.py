@@ -1,0 +1,228 @@
+"""Shared fixtures: a toy parallel corpus written to a temporary folder, a tiny sentencepiece
+vocabulary trained on it, a Hydra config composer whose outputs go to ``tmp_path``, and a builder of
+tiny models for every encoder/attention/decoder combination.
+
+Tests never touch the network: ``urllib.request.urlopen`` is replaced for every test.
+"""
+
+from __future__ import annotations
+
+import functools
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from nmt.model import Seq2Seq, build_model
+from nmt.vocab import PAD_ID, Vocab, VocabSettings, train_sentencepiece
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "configs"
+
+ATTENTIONS = ["bahdanau", "luong_dot", "luong_general", "scaled_dot", "none"]
+# (config option, overrides): the Luong decoder with and without input feeding
+DECODERS = {
+    "bahdanau": ["model/decoder=bahdanau"],
+    "luong_feed": ["model/decoder=luong", "model.decoder.input_feeding=true"],
+    "luong_nofeed": ["model/decoder=luong", "model.decoder.input_feeding=false"],
+}
+# Encoder output (2 x 16) equals the decoder state (32) so that luong_dot fits every combination.
+TINY_MODEL = [
+    "model.emb_dim=16",
+    "model.dropout=0.1",
+    "model.encoder.hidden_dim=16",
+    "model.decoder.hidden_dim=32",
+    "model.decoder.output_dim=24",
+]
+SRC_VOCAB_SIZE, TGT_VOCAB_SIZE = 23, 29
+
+
+# --------------------------------------------------------------------------- no network
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to download fails at once, as it would offline."""
+
+    def refuse(*args, **kwargs):
+        raise urllib.error.URLError("network access is disabled in the tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.delenv("NMT_MULTI30K_DIR", raising=False)
+
+
+# --------------------------------------------------------------------------- toy corpus
+
+SRC_WORDS = ["ana", "bel", "cor", "dun", "eki", "fot", "gal", "hum", "ivo", "jar", "kel", "lom"]
+TGT_WORDS = ["ZUP", "YEX", "WOB", "VAK", "TIR", "SUL", "RAN", "QOD", "POF", "NIG", "MEH", "LAZ"]
+DICTIONARY = dict(zip(SRC_WORDS, TGT_WORDS))
+
+
+def toy_pairs(count: int, seed: int, min_words: int = 2, max_words: int = 6) -> tuple[list[str], list[str]]:
+    """A deterministic "translation": every source word has one target word, order kept."""
+    rng = np.random.default_rng(seed)
+    src, tgt = [], []
+    for length in rng.integers(min_words, max_words + 1, size=count):
+        words = [str(w) for w in rng.choice(SRC_WORDS, size=int(length))]
+        src.append(" ".join(words))
+        tgt.append(" ".join(DICTIONARY[w] for w in words))
+    return src, tgt
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@dataclass
+class ToyCorpus:
+    """Paths of a toy corpus (train/valid/test, src/tgt) and the training text."""
+
+    folder: Path
+    train_src: Path
+    train_tgt: Path
+    valid_src: Path
+    valid_tgt: Path
+    test_src: Path
+    test_tgt: Path
+    src_lines: list[str]
+    tgt_lines: list[str]
+
+    def overrides(self) -> list[str]:
+        """``data=files`` overrides that point a config at this corpus."""
+        return [
+            "data=files",
+            f"data.train_src={self.train_src}",
+            f"data.train_tgt={self.train_tgt}",
+            f"data.valid_src={self.valid_src}",
+            f"data.valid_tgt={self.valid_tgt}",
+            f"data.test_src={self.test_src}",
+            f"data.test_tgt={self.test_tgt}",
+        ]
+
+
+def make_toy_corpus(folder: Path, train_size: int = 400, valid_size: int = 30, test_size: int = 30) -> ToyCorpus:
+    paths = {}
+    for offset, (split, size) in enumerate((("train", train_size), ("valid", valid_size), ("test", test_size))):
+        src, tgt = toy_pairs(size, seed=100 + offset)
+        paths[f"{split}_src"] = write_lines(folder / f"{split}.src", src)
+        paths[f"{split}_tgt"] = write_lines(folder / f"{split}.tgt", tgt)
+        if split == "train":
+            train_src, train_tgt = src, tgt
+    return ToyCorpus(folder=folder, src_lines=train_src, tgt_lines=train_tgt, **paths)
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory: pytest.TempPathFactory) -> ToyCorpus:
+    """400 training pairs, 30 validation and 30 test pairs of the toy language pair (read-only)."""
+    return make_toy_corpus(tmp_path_factory.mktemp("toy_corpus"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(toy_corpus: ToyCorpus) -> Vocab:
+    """A joint unigram sentencepiece model of ~60 pieces trained on the toy corpus."""
+    settings = VocabSettings(type="unigram", size=60, joint=True, character_coverage=1.0)
+    return Vocab(train_sentencepiece(toy_corpus.src_lines + toy_corpus.tgt_lines, settings))
+
+
+# --------------------------------------------------------------------------- configs and models
+
+
+@pytest.fixture
+def compose_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
+    """``compose_cfg(*overrides)``: the composed ``train`` config, caches and outputs in ``tmp_path``."""
+
+    def _compose(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose("train", overrides=[f"data.cache_dir={tmp_path / 'cache'}", *overrides])
+
+    return _compose
+
+
+@functools.cache
+def compose_model_cfg(attention: str, decoder: str, encoder: str = "bigru", extra: tuple[str, ...] = ()) -> DictConfig:
+    """The ``model`` node of a tiny model (sizes in ``TINY_MODEL``); cached, so never modify it."""
+    overrides = [f"model/encoder={encoder}", f"model/attention={attention}", *DECODERS[decoder], *TINY_MODEL]
+    if encoder == "gru":
+        overrides.append("model.encoder.hidden_dim=32")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=[*overrides, *extra]).model
+
+
+def build_tiny_model(
+    attention: str, decoder: str, encoder: str = "bigru", extra: tuple[str, ...] = (), seed: int = 0
+) -> Seq2Seq:
+    """A tiny ``Seq2Seq`` (vocabularies 23/29) in eval mode, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    model = build_model(compose_model_cfg(attention, decoder, encoder, extra), SRC_VOCAB_SIZE, TGT_VOCAB_SIZE)
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_model() -> Callable[..., Seq2Seq]:
+    """``tiny_model(attention, decoder, encoder="bigru")``: see :func:`build_tiny_model`."""
+    return build_tiny_model
+
+
+def random_batch(
+    lengths: list[int], tgt_len: int, seed: int = 0, extra_pad: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random source ids padded to ``max(lengths) + extra_pad`` and a random decoder input (BOS first).
+
+    :return: src (B, S) long, src_lens (B,) long, tgt_in (B, T) long.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths) + extra_pad
+    src = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        src[row, :length] = torch.randint(4, SRC_VOCAB_SIZE, (length,), generator=gen)
+    tgt_in = torch.randint(4, TGT_VOCAB_SIZE, (len(lengths), tgt_len), generator=gen)
+    tgt_in[:, 0] = 2  # BOS
+    return src, torch.tensor(lengths, dtype=torch.long), tgt_in
+
+
+# --------------------------------------------------------------------------- a trained model
+
+
+@dataclass
+class SmokeRun:
+    """A finished ``experiment=smoke`` run (read-only): its folder (``checkpoints/best.pt`` and
+    ``step*.pt``), and the sources and references of its synthetic test split."""
+
+    folder: Path
+    checkpoint: Path
+    test_src: list[str]
+    test_tgt: list[str]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """``experiment=smoke`` trained once per session, in-process (~15 s on two cores)."""
+    import logging
+
+    from nmt.corpora import load_corpus
+    from nmt.train import train
+
+    folder = tmp_path_factory.mktemp("smoke_run")
+    overrides = ["experiment=smoke", f"data.cache_dir={folder / 'cache'}", "train.device=cpu", "train.num_heatmaps=0"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        train(cfg, folder / "run")
+    finally:  # train() logs to <run>/train.log through the root logger; detach it
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
+    test = load_corpus(cfg.data)["test"]
+    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)

@@ -1,0 +1,198 @@
+"""Every option of every config group and every experiment composes with Hydra and instantiates:
+models build (default and tiny sizes), data nodes load or point at their files, optimizers and
+schedulers step; unknown options and misspelled keys fail loudly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ATTENTIONS, CONFIG_DIR, build_tiny_model
+from hydra.errors import ConfigCompositionException, InstantiationException, MissingConfigException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from nmt.corpora import load_corpus
+from nmt.model import Seq2Seq, build_model
+from nmt.vocab import VocabSettings
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+FILES_OVERRIDES = [f"data.{key}=/nonexistent/{key}.txt" for key in ("train_src", "train_tgt", "valid_src", "valid_tgt")]
+
+
+def test_every_group_has_options() -> None:
+    assert _options("model/attention") == sorted(ATTENTIONS)
+    assert set(_options("model/encoder")) >= {"bigru", "gru"}
+    assert set(_options("model/decoder")) >= {"bahdanau", "luong"}
+    assert set(_options("data")) >= {"multi30k", "files", "synthetic"}
+    assert set(_options("train/scheduler")) >= {"constant", "plateau", "warmup"}
+    assert "smoke" in _options("experiment")
+
+
+def test_default_config(compose_cfg) -> None:
+    cfg = compose_cfg()
+    assert cfg.data.name == "multi30k"
+    assert cfg.model.encoder._target_ == "nmt.encoder.RNNEncoder" and cfg.model.encoder.bidirectional
+    assert cfg.model.attention._target_ == "nmt.attention.BahdanauAttention"
+    assert cfg.model.decoder._target_ == "nmt.decoder.BahdanauDecoder"
+    assert cfg.train.optimizer._partial_ and cfg.train.scheduler._partial_
+    assert cfg.train.resume is None
+
+
+@pytest.mark.parametrize("group", ["model/encoder", "model/attention", "model/decoder"])
+def test_every_model_option_composes_and_builds_at_default_size(compose_cfg, group: str) -> None:
+    for option in _options(group):
+        cfg = compose_cfg(f"{group}={option}")
+        node = OmegaConf.select(cfg, group.replace("/", "."))
+        assert node._target_ == OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml")._target_
+        model = build_model(cfg.model, 50, 60)
+        assert isinstance(model, Seq2Seq)
+        assert model.decoder.output.out_features == 60 and model.encoder.embedding.num_embeddings == 50
+
+
+@pytest.mark.parametrize("encoder", _options("model/encoder"))
+@pytest.mark.parametrize("attention", _options("model/attention"))
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong_feed"])
+def test_every_tiny_model_combination_builds_and_runs(encoder: str, attention: str, decoder: str) -> None:
+    model = build_tiny_model(attention, decoder, encoder)
+    src = torch.tensor([[5, 6, 7], [8, 9, 0]])
+    logits, weights = model(src, torch.tensor([3, 2]), torch.tensor([[2, 4], [2, 5]]))
+    assert logits.shape == (2, 2, 29) and weights.shape == (2, 2, 3)
+    assert sum(p.numel() for p in model.parameters()) < 60_000
+
+
+def test_interpolated_sizes_follow_the_shared_values(compose_cfg) -> None:
+    cfg = compose_cfg("model.emb_dim=48", "model.decoder.hidden_dim=100", "model.dropout=0.25")
+    assert cfg.model.encoder.emb_dim == cfg.model.decoder.emb_dim == 48
+    assert cfg.model.attention.attn_dim == 100
+    assert cfg.model.encoder.dropout == cfg.model.decoder.dropout == 0.25
+    model = build_model(cfg.model, 30, 30)
+    assert model.encoder.embedding.embedding_dim == 48
+    assert model.decoder.attention.query_proj.in_features == 100
+
+
+def test_tied_embeddings_config(compose_cfg) -> None:
+    cfg = compose_cfg("model.tie_embeddings=true", "model.emb_dim=16", "model.encoder.hidden_dim=8",
+                      "model.decoder.hidden_dim=16")  # fmt: skip
+    model = build_model(cfg.model, 30, 30)
+    assert model.decoder.output.weight is model.decoder.embedding.weight
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_data_multi30k(compose_cfg, monkeypatch, tmp_path) -> None:
+    cfg = compose_cfg("data=multi30k")
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("de", "en")
+    assert cfg.data.dir is None
+    assert str(tmp_path) in cfg.data.cache_dir
+    VocabSettings(**cfg.data.vocab)
+    monkeypatch.setenv("NMT_MULTI30K_DIR", "/somewhere/multi30k")
+    assert compose_cfg("data=multi30k").data.dir == "/somewhere/multi30k"
+    assert compose_cfg("data=multi30k", "data.dir=/elsewhere").data.dir == "/elsewhere"
+
+
+def test_data_files_needs_its_paths(compose_cfg) -> None:
+    cfg = compose_cfg("data=files")
+    with pytest.raises(MissingMandatoryValue):
+        _ = cfg.data.train_src
+    cfg = compose_cfg("data=files", *FILES_OVERRIDES)
+    assert cfg.data.train_src == "/nonexistent/train_src.txt"
+    assert cfg.data.test_src is None
+    VocabSettings(**cfg.data.vocab)
+
+
+def test_data_synthetic_loads(compose_cfg) -> None:
+    cfg = compose_cfg("data=synthetic", "data.train_size=20", "data.valid_size=3", "data.test_size=2")
+    VocabSettings(**cfg.data.vocab)
+    corpus = load_corpus(cfg.data)
+    assert {role: len(text) for role, text in corpus.items()} == {"train": 20, "valid": 3, "test": 2}
+
+
+@pytest.mark.parametrize("option", _options("data"))
+def test_every_data_option_composes(compose_cfg, option: str) -> None:
+    cfg = compose_cfg(f"data={option}", *(FILES_OVERRIDES if option == "files" else []))
+    assert cfg.data.name == option
+    for key in ("src_lang", "tgt_lang", "cache_dir", "max_len", "max_tokens", "vocab"):
+        assert key in cfg.data, key
+    OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
+
+
+# --------------------------------------------------------------------------- train
+
+
+@pytest.mark.parametrize("option", _options("train/scheduler"))
+def test_every_scheduler_instantiates_and_steps(compose_cfg, option: str) -> None:
+    cfg = compose_cfg(f"train/scheduler={option}")
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = instantiate(cfg.train.optimizer)([param])
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert optimizer.param_groups[0]["lr"] == cfg.train.optimizer.lr
+    scheduler = instantiate(cfg.train.scheduler)(optimizer)
+    for _ in range(3):
+        param.sum().backward()
+        optimizer.step()
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.step(1.0)
+        else:
+            scheduler.step()
+    assert optimizer.param_groups[0]["lr"] > 0
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+@pytest.mark.parametrize("experiment", _options("experiment"))
+def test_every_experiment_composes_and_builds(compose_cfg, experiment: str) -> None:
+    cfg = compose_cfg(f"experiment={experiment}")
+    VocabSettings(**cfg.data.vocab)
+    OmegaConf.to_container(cfg.model, resolve=True, throw_on_missing=True)
+    OmegaConf.to_container(cfg.train, resolve=True, throw_on_missing=True)
+    model = build_model(cfg.model, 60, 70)
+    assert isinstance(model, Seq2Seq)
+    instantiate(cfg.train.scheduler)(instantiate(cfg.train.optimizer)(model.parameters()))
+
+
+def test_experiment_contents(compose_cfg) -> None:
+    reference = compose_cfg("experiment=multi30k_de_en")
+    assert reference.model.decoder._target_ == "nmt.decoder.BahdanauDecoder"
+    assert reference.model.attention._target_ == "nmt.attention.BahdanauAttention"
+    noattn = compose_cfg("experiment=multi30k_de_en_noattn")
+    assert noattn.model.attention._target_ == "nmt.attention.NoAttention"
+    # everything else is inherited from the reference experiment
+    for key in ("data", "train"):
+        assert OmegaConf.to_container(noattn[key], resolve=True) == OmegaConf.to_container(reference[key], resolve=True)
+    assert noattn.model.decoder == reference.model.decoder
+    smoke = compose_cfg("experiment=smoke")
+    assert smoke.data.name == "synthetic"
+    assert smoke.train.scheduler._target_ == "torch.optim.lr_scheduler.ConstantLR"
+    assert build_model(smoke.model, 40, 40).num_parameters() < 200_000
+
+
+def test_command_line_overrides_the_experiment(compose_cfg) -> None:
+    cfg = compose_cfg("experiment=smoke", "data=files", *FILES_OVERRIDES, "model/attention=luong_general")
+    assert cfg.data.name == "files"
+    assert cfg.data.max_tokens == OmegaConf.load(CONFIG_DIR / "experiment" / "smoke.yaml").data.max_tokens
+    assert cfg.model.attention._target_ == "nmt.attention.LuongGeneralAttention"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("override", ["model/attention=nonexistent", "data=wmt14", "experiment=nope",
+                                      "train/scheduler=cosine", "model/encoder=lstm"])  # fmt: skip
+def test_unknown_group_option_is_a_hydra_error(compose_cfg, override: str) -> None:
+    with pytest.raises(MissingConfigException, match="Could not find"):
+        compose_cfg(override)
+
+
+def test_misspelled_key_fails(compose_cfg) -> None:
+    with pytest.raises(ConfigCompositionException, match="hiden_dim"):
+        compose_cfg("model.encoder.hiden_dim=3")
+    cfg = compose_cfg("+model.encoder.hiden_dim=3")  # forced in: the constructor must refuse it
+    with pytest.raises(InstantiationException, match="hiden_dim"):
+        build_model(cfg.model, 30, 30)

@@ -1,0 +1,232 @@
+"""Reading parallel text: plain and gzipped files, refused inputs (line counts, invalid UTF-8), and
+Multi30k lookup in a local folder, the cache, or (here always failing or faked) the download. No test
+touches the network: ``conftest._no_network`` makes every download fail."""
+
+from __future__ import annotations
+
+import gzip
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ToyCorpus
+from omegaconf import OmegaConf
+
+from nmt.corpora import (
+    MULTI30K_ENV,
+    DataError,
+    check_multi30k_pair,
+    load_corpus,
+    load_multi30k,
+    multi30k_file,
+    read_lines,
+    read_parallel,
+)
+
+LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]
+
+
+def _write(path: Path, lines: list[str], gz: bool = False, newline: str = "\n") -> Path:
+    data = "".join(line + newline for line in lines).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_read_lines(tmp_path: Path, gz: bool) -> None:
+    path = _write(tmp_path / ("a.de.gz" if gz else "a.de"), LINES, gz=gz)
+    assert read_lines(path) == LINES
+
+
+def test_read_lines_strips_crlf_and_keeps_a_missing_final_newline(tmp_path: Path) -> None:
+    assert read_lines(_write(tmp_path / "crlf.txt", ["a", "b c"], newline="\r\n")) == ["a", "b c"]
+    (tmp_path / "no-final.txt").write_bytes(b"a\nb")
+    assert read_lines(tmp_path / "no-final.txt") == ["a", "b"]
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert read_lines(tmp_path / "empty.txt") == []
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"nope\.txt: no such file"):
+        read_lines(tmp_path / "nope.txt")
+
+
+def test_truncated_gzip_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "cut.gz", LINES * 50, gz=True)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(DataError, match=r"cut\.gz: cannot read"):
+        read_lines(path)
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.de"
+    path.write_bytes("eins\nzwei\ndrei Bär\n".encode("latin-1"))
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    assert str(path) in str(info.value)
+    assert "line 3" in str(info.value) and "UTF-8" in str(info.value)
+    assert read_lines(path, errors="replace")[2] == "drei B\ufffdr"
+
+
+def test_read_parallel(tmp_path: Path) -> None:
+    text = read_parallel(_write(tmp_path / "a.src", ["1", "2"]), _write(tmp_path / "a.tgt", ["one", "two"], gz=False))
+    assert (text.src, text.tgt, len(text)) == (["1", "2"], ["one", "two"], 2)
+    assert text.src_path.endswith("a.src") and text.tgt_path.endswith("a.tgt")
+
+
+def test_mismatched_line_counts_are_refused(tmp_path: Path) -> None:
+    src = _write(tmp_path / "train.src", ["a", "b", "c"])
+    tgt = _write(tmp_path / "train.tgt.gz", ["A", "B"], gz=True)
+    with pytest.raises(DataError) as info:
+        read_parallel(src, tgt)
+    message = str(info.value)
+    assert f"{src} has 3 lines" in message and f"{tgt} has 2 lines" in message
+
+
+# --------------------------------------------------------------------------- Multi30k
+
+
+@pytest.mark.parametrize("gz", [True, False], ids=["gz", "plain"])
+def test_multi30k_local_folder(tmp_path: Path, gz: bool) -> None:
+    folder = tmp_path / "m30k"
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang, prefix in (("de", "ein"), ("en", "a")):
+            name = f"{split}.{lang}" + (".gz" if gz else "")
+            _write(folder / name, [f"{prefix} {split} {i}" for i in range(3)], gz=gz)
+    assert multi30k_file("val", "de", str(folder), tmp_path / "cache") == folder / ("val.de" + (".gz" if gz else ""))
+    corpus = load_multi30k("de", "en", {"train": "train", "valid": "val", "test_2016_flickr": "test_2016_flickr"},
+                           str(folder), tmp_path / "cache")  # fmt: skip
+    assert set(corpus) == {"train", "valid", "test_2016_flickr"}
+    assert corpus["valid"].src == ["ein val 0", "ein val 1", "ein val 2"]
+    assert corpus["valid"].tgt == ["a val 0", "a val 1", "a val 2"]
+    assert not (tmp_path / "cache").exists(), "nothing is downloaded or cached when data.dir has the files"
+
+
+def test_multi30k_folder_from_environment(tmp_path: Path, monkeypatch) -> None:
+    _write(tmp_path / "env" / "val.fr.gz", ["un"], gz=True)
+    monkeypatch.setenv(MULTI30K_ENV, str(tmp_path / "env"))
+    assert multi30k_file("val", "fr", None, tmp_path / "cache") == tmp_path / "env" / "val.fr.gz"
+
+
+def test_multi30k_download_cache_is_used_offline(tmp_path: Path) -> None:
+    cached = _write(tmp_path / "cache" / "multi30k" / "train.en.gz", ["a"], gz=True)
+    assert multi30k_file("train", "en", None, tmp_path / "cache") == cached
+
+
+def test_multi30k_missing_file_in_data_dir_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "m30k"
+    _write(folder / "train.de.gz", ["x"], gz=True)
+    with pytest.raises(DataError) as info:
+        multi30k_file("train", "en", str(folder), tmp_path / "cache")
+    message = str(info.value)
+    assert str(folder) in message and "train.en.gz" in message and "train.en" in message
+
+
+def test_multi30k_language_missing_from_split(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"test_2017_flickr has no 'cs' side \(it has en, de, fr\)"):
+        multi30k_file("test_2017_flickr", "cs", str(tmp_path), tmp_path)
+
+
+def test_multi30k_unknown_split(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="unknown Multi30k split 'test_2099'"):
+        multi30k_file("test_2099", "en", str(tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "message"),
+    [("xx", "en", "data.src_lang='xx'"), ("de", "jp", "data.tgt_lang='jp'"), ("en", "en", "both 'en'")],
+)
+def test_bad_language_pair(src: str, tgt: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=message):
+        check_multi30k_pair(src, tgt)
+    with pytest.raises(DataError, match=message):
+        load_multi30k(src, tgt, {"train": "train"}, str(tmp_path), tmp_path)
+
+
+def test_offline_download_failure_explains_data_dir(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+
+    def offline(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(DataError) as info:
+        load_multi30k("de", "en", {"train": "train", "valid": "val"}, None, tmp_path / "cache")
+    message = str(info.value)
+    assert len(calls) == 1, "one failed download gives one error, not a retry per file"
+    assert "train.de" in message and "data.dir=" in message and MULTI30K_ENV in message
+    assert not list((tmp_path / "cache").rglob("*.gz")), "nothing half-downloaded is left in the cache"
+
+
+class _FakeResponse:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self) -> bytes:
+        return self.data
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def test_download_is_verified(tmp_path: Path, monkeypatch) -> None:
+    """A download that does not match the official file (checksum, line count) is not cached."""
+    fake = gzip.compress(b"not\nthe\nreal\nfile\n")
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _FakeResponse(fake))
+    with pytest.raises(DataError, match="val.en.gz does not match its known sha256"):
+        multi30k_file("val", "en", None, tmp_path / "cache")
+    with pytest.raises(DataError, match="test_2018_flickr.cs.gz has 4 lines, expected 1071"):
+        multi30k_file("test_2018_flickr", "cs", None, tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("*.gz"))
+
+
+def test_download_is_cached(tmp_path: Path, monkeypatch) -> None:
+    """A verified download lands in ``<cache_dir>/multi30k`` (line count only: no known checksum)."""
+    fake = gzip.compress("".join(f"line {i}\n" for i in range(1071)).encode())
+    urls = []
+
+    def fake_urlopen(url, timeout=None):
+        urls.append(url)
+        return _FakeResponse(fake)
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    path = multi30k_file("test_2018_flickr", "cs", None, tmp_path / "cache")
+    assert path == tmp_path / "cache" / "multi30k" / "test_2018_flickr.cs.gz"
+    assert urls and urls[0].endswith("test_2018_flickr.cs.gz")
+    assert len(read_lines(path)) == 1071
+    multi30k_file("test_2018_flickr", "cs", None, tmp_path / "cache")
+    assert len(urls) == 1, "the second lookup uses the cache"
+
+
+# --------------------------------------------------------------------------- load_corpus
+
+
+def test_load_corpus_files(toy_corpus: ToyCorpus) -> None:
+    cfg = OmegaConf.create({
+        "name": "files", "train_src": str(toy_corpus.train_src), "train_tgt": str(toy_corpus.train_tgt),
+        "valid_src": str(toy_corpus.valid_src), "valid_tgt": str(toy_corpus.valid_tgt),
+        "test_src": None, "test_tgt": None,
+    })  # fmt: skip
+    corpus = load_corpus(cfg)
+    assert set(corpus) == {"train", "valid"}
+    assert corpus["train"].src == toy_corpus.src_lines and len(corpus["valid"]) == 30
+    cfg.test_src, cfg.test_tgt = str(toy_corpus.test_src), str(toy_corpus.test_tgt)
+    assert set(load_corpus(cfg)) == {"train", "valid", "test"}
+
+
+def test_load_corpus_synthetic() -> None:
+    cfg = OmegaConf.create({"name": "synthetic", "seed": 1, "words": 10, "min_words": 2, "max_words": 5,
+                            "train_size": 30, "valid_size": 5, "test_size": 4})  # fmt: skip
+    corpus = load_corpus(cfg)
+    assert {role: len(text) for role, text in corpus.items()} == {"train": 30, "valid": 5, "test": 4}
+
+
+def test_load_corpus_unknown_name() -> None:
+    with pytest.raises(DataError, match="data.name='wmt'"):
+        load_corpus(OmegaConf.create({"name": "wmt"}))

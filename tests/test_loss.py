@@ -1,0 +1,72 @@
+"""The training loss: label-smoothed cross-entropy summed over real tokens, equal to PyTorch's own
+definition, with padding ignored (no value, no gradient)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.loss import sequence_loss
+from nmt.vocab import PAD_ID
+
+V = 11
+
+
+def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 5, V, generator=gen) * 3
+    targets = torch.randint(1, V, (3, 5), generator=gen)
+    targets[0, 3:] = PAD_ID
+    targets[2, 1:] = PAD_ID
+    return logits, targets
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_equals_torch_cross_entropy(eps: float) -> None:
+    logits, targets = _inputs()
+    loss, nll, count = sequence_loss(logits, targets, PAD_ID, eps)
+    expected = F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=PAD_ID, label_smoothing=eps,
+                               reduction="sum")  # fmt: skip
+    torch.testing.assert_close(loss, expected)
+    expected_nll = F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=PAD_ID, reduction="sum")
+    torch.testing.assert_close(nll, expected_nll)
+    assert count == int((targets != PAD_ID).sum()) == 15 - 2 - 4
+    assert loss.dim() == nll.dim() == 0 and not nll.requires_grad
+
+
+def test_flat_and_batched_inputs_agree() -> None:
+    logits, targets = _inputs(1)
+    batched = sequence_loss(logits, targets, PAD_ID, 0.1)
+    flat = sequence_loss(logits.view(-1, V), targets.view(-1), PAD_ID, 0.1)
+    torch.testing.assert_close(batched[0], flat[0])
+    assert batched[2] == flat[2]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_padding_positions_are_ignored(eps: float) -> None:
+    logits, targets = _inputs(2)
+    logits.requires_grad_(True)
+    loss, nll, count = sequence_loss(logits, targets, PAD_ID, eps)
+    loss.backward()
+    pad = targets == PAD_ID
+    assert torch.all(logits.grad[pad] == 0), "no gradient flows into padded positions"
+    assert torch.all(logits.grad[~pad].abs().sum(-1) > 0)
+
+    changed = logits.detach().clone()
+    changed[pad] = torch.randn_like(changed[pad]) * 100
+    loss2, nll2, count2 = sequence_loss(changed, targets, PAD_ID, eps)
+    torch.testing.assert_close(loss2, loss.detach())
+    torch.testing.assert_close(nll2, nll)
+    assert count2 == count
+
+
+def test_smoothing_pays_for_overconfidence() -> None:
+    """With smoothing, a one-hot-confident correct prediction costs more than a softened one."""
+    targets = torch.tensor([4])
+    confident = torch.full((1, V), -50.0)
+    confident[0, 4] = 50.0
+    soft = torch.zeros((1, V))
+    soft[0, 4] = 5.0
+    assert sequence_loss(confident, targets, PAD_ID, 0.0)[0] < sequence_loss(soft, targets, PAD_ID, 0.0)[0]
+    assert sequence_loss(confident, targets, PAD_ID, 0.1)[0] > sequence_loss(soft, targets, PAD_ID, 0.1)[0]

@@ -1,0 +1,153 @@
+"""Training end to end: ``python -m nmt.train experiment=smoke`` on a toy corpus learns, and writes
+checkpoints, TensorBoard scalars, hypotheses and results; a run stopped after N updates resumes from
+``last.pt`` exactly where it stopped; only training pairs are filtered."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_lines
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from nmt.model import CheckpointError, load_checkpoint, model_from_checkpoint
+from nmt.train import prepare_data, train
+
+# Separate word-level vocabularies: every toy word is one piece, which the tiny model learns quickly.
+TOY_VOCAB = ["data.vocab.joint=false", "data.vocab.size=40"]
+
+
+def _scalars(folder: Path) -> EventAccumulator:
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    return events
+
+
+@pytest.fixture
+def restore_logging():
+    """``train`` adds file handlers to the root logger; remove them so no test leaks open files."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+@pytest.mark.slow
+def test_train_cli_end_to_end(tmp_path: Path) -> None:
+    corpus = make_toy_corpus(tmp_path / "corpus", train_size=600)
+    run = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "nmt.train", "experiment=smoke", *corpus.overrides(), *TOY_VOCAB,
+        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}",
+    ]  # fmt: skip
+    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+
+    # it learned: the validation loss falls from about log(V) to a fraction of a nat per token
+    results = json.loads((run / "results.json").read_text())
+    assert results["steps"] > 50
+    assert results["best_valid_bleu"] > 40, results
+    assert {"test_bleu", "test_chrf"} <= set(results)
+    events = _scalars(run / "tensorboard")
+    assert {"train/loss", "train/lr", "valid/loss", "valid/bleu", "valid/chrf"} <= set(events.Tags()["scalars"])
+    assert any(tag.startswith("attention/") for tag in events.Tags()["images"]), "an alignment heatmap is logged"
+    train_loss = [e.value for e in events.Scalars("train/loss")]
+    valid_loss = [e.value for e in events.Scalars("valid/loss")]
+    valid_bleu = [e.value for e in events.Scalars("valid/bleu")]
+    assert all(math.isfinite(v) for v in train_loss + valid_loss)
+    assert train_loss[-1] < 0.6 * train_loss[0]
+    assert valid_loss[-1] < 0.8 < math.log(40) / 2, valid_loss
+    assert max(valid_bleu) == pytest.approx(results["best_valid_bleu"], abs=1e-3)
+    steps = [e.step for e in events.Scalars("valid/loss")]
+    assert steps == sorted(steps) and steps[-1] == results["steps"]
+
+    # checkpoints load and describe themselves
+    for name in ("best.pt", "last.pt"):
+        payload = load_checkpoint(run / "checkpoints" / name)
+        model, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)
+        assert config.data.name == "files" and len(tgt_vocab) == model.decoder.output.out_features
+        assert payload["train_state"]["progress"]["step"] <= results["steps"]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == results["steps"]
+    smoke = OmegaConf.load(CONFIG_DIR / "experiment" / "smoke.yaml")
+    assert len(list((run / "checkpoints").glob("step*.pt"))) == smoke.train.keep_checkpoints
+
+    # hypotheses, log and config
+    hypotheses = run / "hypotheses"
+    assert len((hypotheses / "test.txt").read_text().splitlines()) == 30
+    valid_files = list(hypotheses.glob("valid-step*.txt"))
+    assert len(valid_files) == len(steps)
+    assert all(len(f.read_text().splitlines()) == 30 for f in valid_files)
+    assert "validation at update" in (run / "train.log").read_text()
+    saved = OmegaConf.load(run / "config.yaml")
+    assert saved.data.train_src == str(corpus.train_src)
+    assert saved.data.max_tokens == smoke.data.max_tokens
+
+
+def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str):
+    return compose_cfg("experiment=smoke", *corpus.overrides(), *TOY_VOCAB, "data.max_tokens=200",
+                       "train.log_every=1", "train.num_heatmaps=0", "model.dropout=0.2", *overrides)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, restore_logging) -> None:
+    """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go."""
+    straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12"), tmp_path / "straight")
+    first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6"), tmp_path / "first")
+    assert (straight["steps"], first["steps"]) == (12.0, 6.0)
+    last = tmp_path / "first" / "checkpoints" / "last.pt"
+    assert load_checkpoint(last)["train_state"]["progress"]["step"] == 6
+
+    resumed = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.resume={last}"),
+                    tmp_path / "resumed")  # fmt: skip
+    assert resumed["steps"] == 12.0
+    logged = [e.step for e in _scalars(tmp_path / "resumed" / "tensorboard").Scalars("train/loss")]
+    assert logged == list(range(7, 13)), "the resumed run continues at update 7"
+
+    expected = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    actual = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")
+    # the same position in the data (validation history differs: the split run validated at update 6 too)
+    position = lambda payload: {  # noqa: E731
+        k: v for k, v in payload["train_state"]["progress"].items() if k not in ("best_bleu", "stale_validations")
+    }
+    assert position(actual) == position(expected)
+    assert position(actual)["step"] == 12
+    for name, tensor in expected["model"].items():
+        torch.testing.assert_close(actual["model"][name], tensor, msg=name)
+
+
+@pytest.mark.slow
+def test_weights_only_checkpoint_cannot_be_resumed(compose_cfg, toy_corpus, tmp_path: Path, restore_logging) -> None:
+    train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=2"), tmp_path / "run")
+    (periodic,) = (tmp_path / "run" / "checkpoints").glob("step*.pt")
+    with pytest.raises(CheckpointError, match="cannot be resumed"):
+        train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=4", f"train.resume={periodic}"), tmp_path / "again")
+
+
+def test_prepare_data_filters_training_pairs_only(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path) -> None:
+    long_src = " ".join(["ana"] * 30)
+    long_tgt = " ".join(["ZUP"] * 30)
+    extra_src, extra_tgt = ["", "bel", long_src], ["ZUP", "   ", long_tgt]
+    paths = {}
+    for split, src, tgt in (("train", toy_corpus.src_lines[:50], toy_corpus.tgt_lines[:50]),
+                            ("valid", toy_corpus.src_lines[50:60], toy_corpus.tgt_lines[50:60])):  # fmt: skip
+        paths[f"{split}_src"] = write_lines(tmp_path / f"{split}.src", src + extra_src)
+        paths[f"{split}_tgt"] = write_lines(tmp_path / f"{split}.tgt", tgt + extra_tgt)
+    cfg = compose_cfg("data=files", "data.max_len=20", *TOY_VOCAB,
+                      *(f"data.{key}={path}" for key, path in paths.items()))  # fmt: skip
+    splits = prepare_data(cfg.data)
+    assert len(splits.train) == 50, "empty, whitespace-only and over-long training pairs are dropped"
+    valid, sources, references = splits.evaluation["valid"]
+    assert len(valid) == len(sources) == len(references) == 13, "evaluation sets are never filtered"
+    assert set(splits.evaluation) == {"valid"}
+    assert (tmp_path / "cache" / "spm").is_dir() and (tmp_path / "cache" / "tokenized").is_dir()
