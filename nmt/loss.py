@@ -33,3 +33,69 @@ def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing:
     uniform = (-log_probs.mean(dim=-1) * weight).sum()
     loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
     return loss, nll.detach(), num_tokens
+
+
+class _OutputCrossEntropy(torch.autograd.Function):
+    """Output projection + label-smoothed cross-entropy, by chunks of rows, never holding the
+    (N, V) logits of the whole batch at once; the same values and gradients as
+    ``sequence_loss(features @ W^T + b, ...)``.
+
+    With q the smoothed target distribution and p = softmax(z), dLoss/dz = p - q, and since
+    q = (1 - eps) onehot(y) + eps / V, the q part of every gradient is a cheap gather or column
+    sum, so the backward pass touches each (chunk, V) block only through two matmuls.
+    """
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)  # softmax statistics in fp32
+    def forward(ctx, features: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, eps: float, chunk: int):
+        probs, loss, nll = [], features.new_zeros(()), features.new_zeros(())
+        vocab = weight.size(0)
+        for rows, ys in zip(features.split(chunk), targets.split(chunk)):
+            z = torch.addmm(bias, rows, weight.t())  # (c, O) @ (O, V) -> (c, V)
+            lse = torch.logsumexp(z, dim=1)  # (c,)
+            token_nll = lse - z.gather(1, ys.unsqueeze(1)).squeeze(1)  # (c,)
+            nll = nll + token_nll.sum()
+            loss = loss + (1 - eps) * token_nll.sum() + eps * (lse - z.mean(dim=1)).sum()
+            probs.append(z.sub_(lse.unsqueeze(1)).exp_())  # softmax in place, kept for backward
+        ctx.save_for_backward(features, weight, targets)
+        ctx.probs, ctx.eps, ctx.vocab = probs, eps, vocab
+        return loss, nll
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
+        features, weight, targets = ctx.saved_tensors
+        eps, vocab, chunk = ctx.eps, ctx.vocab, ctx.probs[0].size(0)
+        # dL/dz = g * (p - q); the nll output is for logging only (its gradient is ignored)
+        grad_features = torch.empty_like(features)
+        grad_weight = torch.zeros_like(weight)
+        grad_bias = torch.zeros(vocab, dtype=weight.dtype, device=weight.device)
+        for i, p in enumerate(ctx.probs):
+            rows = features[i * chunk : i * chunk + p.size(0)]  # (c, O)
+            torch.mm(p, weight, out=grad_features[i * chunk : i * chunk + p.size(0)])  # (c, V) @ (V, O)
+            grad_weight.addmm_(p.t(), rows)  # (V, c) @ (c, O)
+            grad_bias += p.sum(dim=0)
+        ctx.probs = None
+        num = features.size(0)
+        # subtract q: (1 - eps) at the targets, eps / V everywhere
+        grad_features -= (1 - eps) * weight[targets] + (eps / vocab) * weight.sum(dim=0)
+        grad_weight.index_add_(0, targets, features, alpha=-(1 - eps))
+        grad_weight -= (eps / vocab) * features.sum(dim=0)
+        grad_bias.index_add_(0, targets, torch.full_like(targets, -(1 - eps), dtype=grad_bias.dtype))
+        grad_bias -= eps * num / vocab
+        return grad_features * grad_loss, grad_weight * grad_loss, grad_bias * grad_loss, None, None, None
+
+
+def output_cross_entropy(
+    features: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, label_smoothing: float, chunk: int = 256
+) -> tuple[Tensor, Tensor]:
+    """Label-smoothed cross-entropy of ``features @ weight^T + bias`` against ``targets``, fused.
+
+    :param features: (N, O) the layer under the softmax, real tokens only.
+    :param weight: (V, O) output projection. :param bias: (V,).
+    :param targets: (N,) long.
+    :param chunk: rows per block; memory is O(chunk x V) beyond the saved probabilities.
+    :return: smoothed loss summed over the N tokens (differentiable) and the NLL sum (for logging).
+    """
+    loss, nll = _OutputCrossEntropy.apply(features, weight, bias, targets, label_smoothing, chunk)
+    return loss, nll.detach()

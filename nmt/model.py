@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
+from nmt.loss import output_cross_entropy
 from nmt.utils import atomic_write
 from nmt.vocab import PAD_ID, Vocab
 
@@ -61,6 +62,24 @@ class Seq2Seq(nn.Module):
         memory, state = self.encode(src, src_lens)
         features, weights = self.decoder(tgt_in, memory, state)  # (B, T, O), (B, T, S)
         return self.decoder.logits(features), weights
+
+    def loss(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher-forced, label-smoothed cross-entropy summed over the real target tokens.
+
+        The same value as scoring :meth:`forward`'s logits, but the output projection and the
+        softmax are fused and run only at real tokens (:func:`nmt.loss.output_cross_entropy`).
+
+        :param tgt_out: (B, T) long, target + EOS, PAD after.
+        :return: the smoothed loss sum (differentiable) and the NLL sum (detached).
+        """
+        memory, state = self.encode(src, src_lens)
+        features, _ = self.decoder(tgt_in, memory, state)  # (B, T, O)
+        keep = tgt_out != PAD_ID  # (B, T)
+        rows = self.decoder.dropout(features[keep])  # (N, O) real tokens only
+        output = self.decoder.output
+        return output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -142,9 +161,23 @@ def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Voca
     """Rebuild the model, vocabularies and config of a loaded checkpoint (model in eval mode)."""
     config = OmegaConf.create(payload["config"])
     src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
+    _check_targets(payload["config"].get("model"))  # the config must not name code outside nmt
     model = build_model(config.model, len(src_vocab), len(tgt_vocab))
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {e}") from None
     return model.eval(), src_vocab, tgt_vocab, config
+
+
+def _check_targets(node: Any) -> None:
+    """Refuse a config that would make ``hydra.utils.instantiate`` call anything but nmt classes
+    (a checkpoint's config could otherwise name e.g. ``os.system`` and run it when loaded)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "_target_" and not (isinstance(value, str) and value.startswith("nmt.")):
+                raise CheckpointError(f"checkpoint config names _target_={value!r}, which is not an nmt class")
+            _check_targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            _check_targets(value)

@@ -32,12 +32,11 @@ from nmt.corpora import DataError, load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
 from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
-from nmt.loss import sequence_loss
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
 from nmt.utils import atomic_write_text, seed_everything, set_threads, setup_logging
-from nmt.vocab import PAD_ID, Vocab, VocabSettings, build_vocabs
+from nmt.vocab import Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger("nmt.train")
 
@@ -123,7 +122,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
     data = prepare_data(cfg.data)
     model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
-    net = DistributedDataParallel(model) if job.enabled else model  # the plain model is what gets saved
+    objective = Objective(model)
+    net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model is what gets saved
     optimizer = hydra.utils.instantiate(tcfg.optimizer)(model.parameters())
     scheduler = hydra.utils.instantiate(tcfg.scheduler)(optimizer)
     settings = SearchSettings(**tcfg.search)
@@ -239,8 +239,26 @@ class UpdateStats:
     grad_norm: float
 
 
+class Objective(torch.nn.Module):
+    """The training loss as a module's ``forward``, so that DDP can wrap it (DDP synchronises
+    gradients only through ``forward``). Checkpoints hold ``objective.model``.
+
+    :param model: the model being trained.
+    """
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """:return: smoothed loss sum and NLL sum over the batch's real target tokens."""
+        return self.model.loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, label_smoothing)
+
+
 def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: DictConfig, job: Dist) -> UpdateStats:
     """One optimizer update from ``batches`` (gradient accumulation) on every rank.
+
+    :param net: the :class:`Objective`, or DDP around it.
 
     The loss is normalised by the target tokens of all batches on all ranks, so that k batches
     accumulated, or k ranks with one batch each, give the gradient of one batch holding them all.
@@ -255,8 +273,7 @@ def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: Di
         last = i == len(batches) - 1
         sync = nullcontext() if last or not job.enabled else net.no_sync()  # all-reduce once, at the end
         with sync, _autocast(batch.src.device, tcfg.amp):
-            logits, _ = net(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
-            loss, nll, _ = sequence_loss(logits, batch.tgt_out, PAD_ID, tcfg.label_smoothing)
+            loss, nll = net(batch, tcfg.label_smoothing)
             (loss * (job.world_size / total_tokens)).backward()
         loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll)
     # the same (all-reduced) gradients on every rank, so every rank takes the same decision

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from nmt.distributed import Dist  # noqa: E402
 from nmt.model import Seq2Seq, build_model  # noqa: E402
-from nmt.train import prepare_data, train_update  # noqa: E402
+from nmt.train import Objective, prepare_data, train_update  # noqa: E402
 from nmt.utils import set_threads  # noqa: E402
 
 
@@ -95,7 +95,8 @@ def main() -> None:
     torch.manual_seed(cfg.train.seed)
     data = prepare_data(cfg.data)
     model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
-    net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    net = Objective(model)
+    net = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
     optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
     batches = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=0)
     need = args.warmup + args.updates * args.repeats

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.loss import sequence_loss
+from nmt.loss import output_cross_entropy, sequence_loss
 from nmt.vocab import PAD_ID
 
 V = 11
@@ -70,3 +70,23 @@ def test_smoothing_pays_for_overconfidence() -> None:
     soft[0, 4] = 5.0
     assert sequence_loss(confident, targets, PAD_ID, 0.0)[0] < sequence_loss(soft, targets, PAD_ID, 0.0)[0]
     assert sequence_loss(confident, targets, PAD_ID, 0.1)[0] > sequence_loss(soft, targets, PAD_ID, 0.1)[0]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_fused_output_loss_equals_projection_then_loss(eps: float, chunk: int) -> None:
+    """The fused, chunked output layer + loss gives the value and the gradients of the plain path."""
+    gen = torch.Generator().manual_seed(3)
+    features = torch.randn(23, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(V, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(V, generator=gen, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(1, V, (23,), generator=gen)
+    loss, nll = output_cross_entropy(features, weight, bias, targets, eps, chunk=chunk)
+    grads = torch.autograd.grad(loss, (features, weight, bias))
+    logits = features @ weight.t() + bias
+    expected = F.cross_entropy(logits, targets, label_smoothing=eps, reduction="sum")
+    expected_grads = torch.autograd.grad(expected, (features, weight, bias))
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), targets, reduction="sum"))
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want)

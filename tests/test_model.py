@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import ATTENTIONS, DECODERS, build_tiny_model, random_batch
 
+from nmt.loss import sequence_loss
 from nmt.model import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -21,7 +22,7 @@ from nmt.model import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from nmt.vocab import Vocab
+from nmt.vocab import PAD_ID, Vocab
 
 LENGTHS = [4, 6, 2]
 TGT_LEN = 5
@@ -219,3 +220,22 @@ def test_loading_is_weights_only_and_never_runs_code(tmp_path: Path) -> None:
     # the file really is malicious: an unrestricted load would have run it
     torch.load(path, weights_only=False)
     assert marker.exists()
+
+
+@combinations
+def test_training_loss_equals_scoring_the_logits(attention: str, decoder: str) -> None:
+    """``Seq2Seq.loss`` (fused output layer, real tokens only) = loss of ``forward``'s logits."""
+    model = build_tiny_model(attention, decoder)
+    src, src_lens, tgt_in = random_batch(LENGTHS, TGT_LEN, seed=7)
+    tgt_out = torch.roll(tgt_in, -1, dims=1)
+    tgt_out[0, 3:] = PAD_ID
+    loss, nll = model.loss(src, src_lens, tgt_in, tgt_out, 0.1)
+    logits, _ = model(src, src_lens, tgt_in)
+    expected, expected_nll, _ = sequence_loss(logits, tgt_out, PAD_ID, 0.1)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, expected_nll)
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()), allow_unused=True)
+    for got, want in zip(grads, expected_grads, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
