@@ -86,6 +86,16 @@ def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
             raw = f.read()
     except (OSError, EOFError) as e:
         raise DataError(f"{path}: cannot read ({e}); is the file complete?") from e
+    return decode_lines(raw, str(path), errors)
+
+
+def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
+    """Split UTF-8 bytes into lines at ``\\n`` only (not at the other characters ``str.splitlines``
+    breaks on, such as ``\\x0b`` or ``\\u2028``), dropping one final empty line and trailing ``\\r``.
+
+    :param name: the file name used in error messages (e.g. ``<stdin>``).
+    :param errors: ``strict`` or ``replace``, as for :func:`read_lines`.
+    """
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -95,7 +105,7 @@ def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
             text = line.decode("utf-8", errors=errors)
         except UnicodeDecodeError as e:
             raise DataError(
-                f"{path}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start:e.start + 4]!r}); "
+                f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start:e.start + 4]!r}); "
                 "re-encode the file as UTF-8"
             ) from None
         out.append(text.rstrip("\r"))

@@ -1,37 +1,58 @@
 """Greedy and beam search, batched over sentences; the only place that loops over output steps.
 
-Beam search keeps, per sentence, K alive hypotheses and a pool of the ``n_best`` best finished ones.
-Scores are sums of log-probabilities, compared after dividing by a length penalty ``lp(L)``:
+Beam search keeps, per sentence, K alive hypotheses and a pool of the ``n_best`` best finished ones
+(Sutskever et al. 2014; Wu et al. 2016, section 7). A hypothesis's score is its summed
+log-probability ``s`` (EOS included) divided by a length penalty ``lp(L)``, L = its length with EOS:
 
     none      lp(L) = 1
     average   lp(L) = L
-    gnmt      lp(L) = ((5 + L) / 6) ** alpha        (Wu et al. 2016, eq. 14)
+    gnmt      lp(L) = ((5 + L) / 6) ** alpha        (Wu et al. 2016, eq. 14; alpha >= 0)
 
 A sentence's search ends when no alive hypothesis can still beat the worst of its ``n_best`` best
-finished ones, or at its maximum length ``max_len_a * source_length + max_len_b``, not as soon as the
-top hypothesis ends. Since log-probabilities are <= 0, an alive hypothesis with score s can reach
-at best ``s / lp(max_len)`` (for the penalties above), which is the bound used. Finished sentences
-leave the batch, and the batch stops as soon as every sentence is finished.
+finished ones (with ``n_best=1``: its best finished one), or at its maximum length
+``max_len_a * source length + max_len_b`` (EOS included), where EOS is forced. Not when the top
+hypothesis first ends. The bound: extending a hypothesis only adds log-probabilities <= 0, and all
+three penalties grow with L, so an alive hypothesis with sum ``s`` can at best reach
+``s / lp(max length)``. Finished sentences leave the batch, and the batch stops as soon as every
+sentence is finished. Sentences never interact, so a translation does not depend on its batch.
+
+The greedy path is never pruned: when its continuation is not among the K best it replaces the K-th
+one, and it joins the finished pool when it ends. Plain beam search can drop the greedy prefix and then
+see every survivor fall below it; with this, a beam never ends with a lower score than greedy search,
+and K=1 is exactly greedy search.
+
+Tokens are not copied at every step: each step records, per alive row, its new token and the row it
+came from, and the finished hypotheses are traced back once at the end.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from nmt.attention import Memory
+from nmt.decoder import DecoderState
 from nmt.model import Seq2Seq
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID
 
 LENGTH_PENALTIES = ("none", "average", "gnmt")
+BATCH_UNITS = ("sentences", "tokens")
 
 
 @dataclass
 class Hypothesis:
-    """One output: ``tokens`` without EOS, its ``score`` (length-normalised log-probability, the
-    plain sum for greedy search), and ``attention`` (T, S) with one row per emitted token and EOS."""
+    """One output.
+
+    :ivar tokens: target ids, without EOS.
+    :ivar score: beam search: summed log-probability (EOS included) / ``lp(len(tokens) + 1)``;
+        greedy search: the plain sum.
+    :ivar attention: (T, S) float CPU, T = ``len(tokens) + 1`` (one row per emitted token and EOS),
+        S = the source length with EOS; None unless asked for.
+    """
 
     tokens: list[int]
     score: float
@@ -39,7 +60,7 @@ class Hypothesis:
 
 
 def length_penalty(length: Tensor, kind: str, alpha: float) -> Tensor:
-    """``lp(L)`` for lengths ``length`` (any shape, float)."""
+    """``lp(L)`` for lengths ``length`` (any shape, float) -> the same shape."""
     if kind == "none":
         return torch.ones_like(length)
     if kind == "average":
@@ -50,67 +71,176 @@ def length_penalty(length: Tensor, kind: str, alpha: float) -> Tensor:
 
 
 def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
-    """Per-sentence output limit (EOS included), at least 1: (B,) long."""
-    return (src_lens.float() * max_len_a + max_len_b).long().clamp(min=1)
+    """Per-sentence output limit (EOS included), at least 1: (B,) long -> (B,) long."""
+    return (src_lens.double() * max_len_a + max_len_b).long().clamp(min=1)
 
 
-def _forbid_specials(log_probs: Tensor) -> Tensor:
+def _step(
+    model: Seq2Seq, prev: Tensor, memory: Memory, state: DecoderState, at_limit: Tensor | None
+) -> tuple[Tensor, DecoderState, Tensor]:
+    """One decoder step with the search's constraints.
+
+    :param prev: (R,) long, the previous tokens of the R decoder rows.
+    :param at_limit: (R,) bool, rows that must end now (only EOS allowed), or None.
+    :return: log-probabilities (R, V) float with PAD and BOS at -inf (they still count in the
+        normalisation, as in the training objective), the new state and attention weights (R, S).
+    """
+    logits, state, weights = model.decode_step(prev, memory, state)
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
     log_probs[:, PAD_ID] = float("-inf")
     log_probs[:, BOS_ID] = float("-inf")
-    return log_probs
+    if at_limit is not None:
+        not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != EOS_ID  # (V,)
+        log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
+    return log_probs, state, weights
 
 
-@torch.no_grad()
+def _select(memory: Memory, rows: Tensor) -> Memory:
+    return Memory(*(m.index_select(0, rows) for m in memory))
+
+
+def _limits(src_lens: Tensor, max_len_a: float, max_len_b: int) -> tuple[Tensor, int, set[int]]:
+    """Limits (B,) on the CPU, the longest, and the set of steps at which some sentence must end."""
+    limits = max_lengths(src_lens.cpu(), max_len_a, max_len_b)
+    return limits, int(limits.max()), set(limits.tolist())
+
+
+@torch.inference_mode()
 def greedy_search(
     model: Seq2Seq, src: Tensor, src_lens: Tensor, max_len_a: float, max_len_b: int, return_attention: bool
 ) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step.
+    """Pick the most probable token at every step; finished sentences leave the batch.
 
-    :param src: (B, S) long. :param src_lens: (B,) long.
+    :param src: (B, S) long, EOS-terminated, PAD after. :param src_lens: (B,) long, EOS included.
+    :param max_len_a: output limit = ``max_len_a * src_len + max_len_b`` (EOS included).
+    :param max_len_b: see ``max_len_a``.
+    :param return_attention: fill :attr:`Hypothesis.attention`.
     :return: for each sentence, a list with one :class:`Hypothesis` (score = sum of log-probs).
     """
-    batch_size, device = src.size(0), src.device
+    batch_size, src_len = src.shape
+    device = src.device
     memory, state = model.encode(src, src_lens)
-    limits = max_lengths(src_lens, max_len_a, max_len_b).to(device)  # (B,)
+    limits_cpu, t_max, limit_steps = _limits(src_lens, max_len_a, max_len_b)
+    limits = limits_cpu.to(device)  # (A,) limits of the active sentences
+    tokens = torch.full((batch_size, t_max), PAD_ID, dtype=torch.long, device=device)  # (B, T)
+    scores = torch.zeros(batch_size, device=device)  # (B,)
+    attention = torch.zeros(batch_size, t_max, src_len, device=device) if return_attention else None
+    active = torch.arange(batch_size, device=device)  # (A,) sentences still decoding
     prev = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)
-    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
-    scores = torch.zeros(batch_size, device=device)
-    tokens, weights = [], []
-    for t in range(1, int(limits.max()) + 1):
-        logits, state, step_weights = model.decode_step(prev, memory, state)
-        log_probs = _forbid_specials(torch.log_softmax(logits.float(), dim=-1))  # (B, V)
-        at_limit = limits <= t
-        log_probs[at_limit] = log_probs[at_limit].masked_fill(
-            torch.arange(log_probs.size(1), device=device) != EOS_ID, float("-inf")
-        )  # the last allowed step can only end the sentence
-        best, prev = log_probs.max(dim=-1)  # (B,), (B,)
-        prev = prev.masked_fill(finished, PAD_ID)
-        scores += best.masked_fill(finished, 0.0)
-        tokens.append(prev)
-        weights.append(step_weights)
-        finished |= prev == EOS_ID
-        if bool(finished.all()):
+    for t in range(1, t_max + 1):
+        at_limit = limits <= t if t in limit_steps else None
+        log_probs, state, weights = _step(model, prev, memory, state, at_limit)
+        best, prev = log_probs.max(dim=-1)  # (A,), (A,)
+        tokens[active, t - 1] = prev
+        scores.index_add_(0, active, best)
+        if attention is not None:
+            attention[active, t - 1] = weights.float()
+        ended = prev == EOS_ID  # (A,)
+        num_ended = int(ended.sum())  # the one host sync of the step
+        if num_ended == active.numel():
             break
-    tokens = torch.stack(tokens, dim=1).tolist()  # T x (B,) -> (B, T)
-    attention = torch.stack(weights, dim=1) if return_attention else None  # (B, T, S)
+        if num_ended:
+            keep = (~ended).nonzero().squeeze(1)  # (A',)
+            active, prev, limits = active[keep], prev[keep], limits[keep]
+            memory, state = _select(memory, keep), tuple(s.index_select(0, keep) for s in state)
+    lengths = (tokens == EOS_ID).int().argmax(dim=1).tolist()  # first EOS of each row
+    tokens_list, scores_list = tokens.tolist(), scores.tolist()
     out = []
-    for i in range(batch_size):
-        length = tokens[i].index(EOS_ID) if EOS_ID in tokens[i] else len(tokens[i])
+    for i, length in enumerate(lengths):
         attn = attention[i, : length + 1, : int(src_lens[i])].cpu() if attention is not None else None
-        out.append([Hypothesis(tokens[i][:length], float(scores[i]), attn)])
+        out.append([Hypothesis(tokens_list[i][:length], scores_list[i], attn)])
     return out
 
 
-@dataclass
+# --------------------------------------------------------------------------- beam search
+
+
 class _Pool:
-    """The ``n_best`` best finished hypotheses of every sentence of the batch: (B, N, ...)."""
+    """The ``n_best`` best finished hypotheses of each sentence, best first, as references into
+    the :class:`_Trace`: the step at which EOS was chosen and the decoder row it extended.
 
-    scores: Tensor  # (B, N) length-normalised, -inf where empty
-    tokens: Tensor  # (B, N, T_max) long, EOS-terminated, PAD after
-    attention: Tensor | None  # (B, N, T_max, S)
+    :param batch_size: B. :param n_best: N.
+    """
+
+    def __init__(self, batch_size: int, n_best: int, device: torch.device) -> None:
+        self.scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (B, N), -inf = empty
+        self.steps = torch.zeros(batch_size, n_best, dtype=torch.long, device=device)  # (B, N)
+        self.rows = torch.zeros(batch_size, n_best, dtype=torch.long, device=device)  # (B, N)
+
+    def add(self, active: Tensor, scores: Tensor, rows: Tensor, step: int) -> Tensor:
+        """Merge the hypotheses that end at ``step`` into the pools of the ``active`` sentences.
+
+        :param active: (A,) sentence ids. :param scores: (A, C) normalised, -inf for no hypothesis.
+        :param rows: (A, C) long, the decoder rows they extend. :return: the new scores (A, N).
+        """
+        n_best = self.scores.size(1)
+        merged = torch.cat([self.scores[active], scores], dim=1)  # (A, N+C)
+        best, pick = merged.topk(n_best, dim=1)  # (A, N), indices into the N+C
+        self.rows[active] = torch.cat([self.rows[active], rows], dim=1).gather(1, pick)
+        self.steps[active] = torch.cat([self.steps[active], torch.full_like(rows, step)], dim=1).gather(1, pick)
+        self.scores[active] = best
+        return best
 
 
-@torch.no_grad()
+@dataclass
+class _Trace:
+    """What each step chose, per row of the step's alive layout (R_t = A_t * K rows):
+
+    ``tokens[t-1]`` (R_t,) the token appended at step t; ``parents[t-1]`` (R_t,) the row of step t-1
+    it extends; ``weights[t-1]`` (R_{t-1}, S) the attention of the rows of step t-1 when predicting
+    step t (only when attention is returned). Layouts shrink when sentences finish, and each step's
+    record is written in the shrunk layout, so parents always point into the previous record.
+    """
+
+    tokens: list[Tensor]
+    parents: list[Tensor]
+    weights: list[Tensor] | None
+
+    def backtrack(self, steps: Tensor, rows: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Token sequences (and attention) of finished hypotheses.
+
+        :param steps: (H,) long, the step at which each ended. :param rows: (H,) long, the row of step
+            ``steps - 1`` it extended. :param valid: (H,) bool, False for empty pool slots.
+        :return: tokens (H, T) long (EOS at ``steps - 1``, PAD after) and attention (H, T, S) or None.
+        """
+        num, t_last = steps.numel(), len(self.tokens)
+        tokens = torch.full((num, t_last), PAD_ID, dtype=torch.long, device=steps.device)
+        tokens[valid, steps[valid] - 1] = EOS_ID
+        attention = None
+        if self.weights is not None:
+            attention = torch.zeros(num, t_last, self.weights[0].size(1), device=steps.device)
+        cur = torch.zeros_like(rows)  # (H,) each hypothesis's row at the step being visited
+        # Walk back from the last step: a hypothesis joins the walk at its own final step.
+        # Example: ended at step 3 from row 4 -> weights[2][4]; token 2 = tokens[1][4];
+        # r = parents[1][4] -> weights[1][r]; token 1 = tokens[0][r].
+        for s in range(t_last, 0, -1):
+            cur = torch.where(steps == s, rows, cur)
+            live = valid & (steps >= s)  # (H,)
+            if attention is not None:
+                step_weights = self.weights[s - 1]  # (R_{s-1}, S)
+                picked = step_weights[cur.clamp(max=step_weights.size(0) - 1)].float()  # (H, S)
+                attention[:, s - 1] = picked * live.unsqueeze(1)
+            if s == 1:
+                break
+            safe = cur.clamp(max=self.tokens[s - 2].numel() - 1)  # rows of dead hypotheses are junk
+            tokens[:, s - 2] = torch.where(live, self.tokens[s - 2][safe], PAD_ID)
+            cur = torch.where(live, self.parents[s - 2][safe], cur)
+        return tokens, attention
+
+
+def check_search_settings(beam_size: int, n_best: int, penalty: str, alpha: float) -> None:
+    """Refuse impossible settings with a message naming the key."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size}: must be at least 1")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best={n_best}: must be between 1 and beam_size={beam_size}")
+    if penalty not in LENGTH_PENALTIES:
+        raise ValueError(f"length_penalty={penalty!r}: choose one of {', '.join(LENGTH_PENALTIES)}")
+    if alpha < 0:
+        raise ValueError(f"alpha={alpha}: must be >= 0 (the stopping bound needs lp to grow with length)")
+
+
+@torch.inference_mode()
 def beam_search(
     model: Seq2Seq,
     src: Tensor,
@@ -125,122 +255,164 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Batched beam search: all beams of all unfinished sentences advance together.
 
-    :param src: (B, S) long. :param src_lens: (B,) long.
+    :param src: (B, S) long, EOS-terminated, PAD after. :param src_lens: (B,) long, EOS included.
     :param beam_size: K. :param n_best: hypotheses returned per sentence (<= K).
-    :param penalty: ``none``, ``average`` or ``gnmt``; ``alpha`` is the GNMT exponent.
-    :return: per sentence, up to ``n_best`` hypotheses, best first.
+    :param penalty: ``none``, ``average`` or ``gnmt``. :param alpha: the GNMT exponent.
+    :param max_len_a: output limit = ``max_len_a * src_len + max_len_b`` (EOS included).
+    :param max_len_b: see ``max_len_a``.
+    :param return_attention: fill :attr:`Hypothesis.attention`.
+    :return: per sentence, up to ``n_best`` distinct hypotheses, best first.
     """
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
+    check_search_settings(beam_size, n_best, penalty, alpha)
     k, device = beam_size, src.device
-    batch_size, src_len = src.shape
-    memory, state = model.encode(src, src_lens)
-    memory = memory.repeat_interleave(k)  # (B, ...) -> (B*K, ...): beam j of sentence b is row b*K + j
-    state = tuple(s.repeat_interleave(k, dim=0) for s in state)
-    limits = max_lengths(src_lens, max_len_a, max_len_b).to(device)  # (B,)
-    t_max = int(limits.max())
-    bound_lp = length_penalty(limits.float(), penalty, alpha)  # (B,) lp at the longest allowed output
+    batch_size = src.size(0)
+    memory, state = model.encode(src, src_lens)  # repeated K times after step 1
+    limits_cpu, t_max, limit_steps = _limits(src_lens, max_len_a, max_len_b)
+    lp = length_penalty(torch.arange(t_max + 1, dtype=torch.float64), penalty, alpha).tolist()  # lp[L]
+    limits = limits_cpu.to(device)  # (A,) of the active sentences
+    bounds = length_penalty(limits_cpu.double(), penalty, alpha).float().to(device)  # (A,) lp(limit)
 
-    pool = _Pool(
-        torch.full((batch_size, n_best), float("-inf"), device=device),
-        torch.full((batch_size, n_best, t_max), PAD_ID, dtype=torch.long, device=device),
-        torch.zeros(batch_size, n_best, t_max, src_len, device=device) if return_attention else None,
-    )
-    active = torch.arange(batch_size, device=device)  # (A,) the unfinished sentences
+    pool = _Pool(batch_size, n_best, device)
+    trace = _Trace([], [], [] if return_attention else None)
+    active = torch.arange(batch_size, device=device)  # (A,) unfinished sentences
     alive = torch.full((batch_size, k), float("-inf"), device=device)  # (A, K) summed log-probs
     alive[:, 0] = 0.0  # at step 1 only one beam per sentence, or all K would be the same
-    alive_tokens = torch.empty(batch_size * k, 0, dtype=torch.long, device=device)  # (A*K, t-1)
-    alive_attn = torch.empty(batch_size * k, 0, src_len, device=device)  # (A*K, t-1, S)
-    prev = torch.full((batch_size * k,), BOS_ID, dtype=torch.long, device=device)
-
+    greedy = torch.zeros(batch_size, dtype=torch.long, device=device)  # (A,) beam of the greedy path, -1 ended
+    prev = torch.full((batch_size * k,), BOS_ID, dtype=torch.long, device=device)  # (A*K,)
     for t in range(1, t_max + 1):
         num_active = active.numel()
-        logits, state, weights = model.decode_step(prev, memory, state)
-        log_probs = _forbid_specials(torch.log_softmax(logits.float(), dim=-1))  # (A*K, V)
-        vocab = log_probs.size(1)
-        at_limit = (limits[active] <= t).repeat_interleave(k)  # (A*K,)
-        log_probs[at_limit] = log_probs[at_limit].masked_fill(
-            torch.arange(vocab, device=device) != EOS_ID, float("-inf")
-        )
-        candidates = (alive.view(-1, 1) + log_probs).view(num_active, k * vocab)  # (A, K*V)
-        top_scores, top_ids = candidates.topk(2 * k, dim=1)  # (A, 2K): at most K of them end in EOS
-        top_beams, top_tokens = top_ids // vocab, top_ids % vocab  # flat id = beam * V + token
-        rows = (torch.arange(num_active, device=device) * k).unsqueeze(1) + top_beams  # (A, 2K) rows of A*K
-        if return_attention:
-            alive_attn = torch.cat([alive_attn, weights.unsqueeze(1)], dim=1)  # (A*K, t, S)
+        at_limit = (limits <= t).repeat_interleave(k) if t in limit_steps else None  # (A*K,)
+        if t == 1:  # the K beams of a sentence are all BOS yet: run the decoder once per sentence
+            log_probs, state, weights = _step(model, prev[::k], memory, state, None if at_limit is None else at_limit[::k])
+            log_probs, weights = log_probs.repeat_interleave(k, dim=0), weights.repeat_interleave(k, dim=0)
+            # (B, ...) -> (B*K, ...): beam j of sentence b is row b*K + j
+            memory, state = memory.repeat_interleave(k), tuple(s.repeat_interleave(k, dim=0) for s in state)
+        else:
+            log_probs, state, weights = _step(model, prev, memory, state, at_limit)  # (A*K, V), ..., (A*K, S)
+        if trace.weights is not None:
+            trace.weights.append(weights)
+        scores, rows, tokens, best, best_tokens = _expand(log_probs, alive, k)  # (A, 2K) x3, (A, K) x2
+        path = _GreedyStep.of(greedy, best, best_tokens)
 
-        # 1. candidates ending in EOS among the top K are finished (so K=1 is exactly greedy)
-        ends = top_tokens[:, :k] == EOS_ID  # (A, K)
-        lp = length_penalty(torch.tensor(float(t), device=device), penalty, alpha)
-        new_scores = torch.where(ends, top_scores[:, :k] / lp, float("-inf"))  # (A, K)
-        pool_scores = pool.scores[active]  # (A, N)
-        if bool((new_scores.max(dim=1).values > pool_scores[:, -1]).any()):
-            _add_finished(pool, active, new_scores, rows[:, :k], alive_tokens, alive_attn, t)
+        # 1. the candidates among the top K that end in EOS are finished (so K=1 is greedy), and so
+        # is the greedy path when it ends
+        pool_scores = pool.add(active, *_finished(scores, rows, tokens, path, lp[t]), t)  # (A, N)
 
-        # 2. the K best candidates not ending in EOS stay alive
-        open_scores = top_scores.masked_fill(top_tokens == EOS_ID, float("-inf"))  # (A, 2K)
-        alive, keep = open_scores.topk(k, dim=1)  # (A, K), sorted best first
-        keep_rows = rows.gather(1, keep).view(-1)  # (A*K,)
-        prev = top_tokens.gather(1, keep).view(-1)  # (A*K,)
-        alive_tokens = torch.cat([alive_tokens[keep_rows], prev.unsqueeze(1)], dim=1)  # (A*K, t)
-        if return_attention:
-            alive_attn = alive_attn[keep_rows]
-        state = tuple(s[keep_rows] for s in state)
+        # 2. the K best candidates that do not end stay alive (there are >= K: at most K end), and
+        # the greedy path's continuation takes the last place if it is not among them
+        alive, keep = scores.masked_fill(tokens == EOS_ID, float("-inf")).topk(k, dim=1)  # (A, K), best first
+        keep_rows, prev = rows.gather(1, keep), tokens.gather(1, keep)  # (A, K) each
+        greedy = _keep_greedy_path(greedy, path, alive, keep_rows, prev)
+        keep_rows, prev = keep_rows.view(-1), prev.view(-1)  # (A*K,) rows of this step's decoder batch
 
-        # 3. a sentence is done when its best alive hypothesis cannot beat its n-th best finished one
-        best_possible = alive[:, 0] / bound_lp[active]  # (A,)
-        done = (pool.scores[active, -1] >= best_possible) | (limits[active] <= t)
-        if bool(done.all()):
-            break
-        if bool(done.any()):  # drop finished sentences from the batch
+        # 3. done: the n-th best finished beats anything still reachable, or the limit is reached
+        done = (pool_scores[:, -1] >= alive[:, 0] / bounds) | (limits <= t)  # (A,)
+        num_done = int(done.sum())  # the one host sync of the step
+        if 0 < num_done < num_active:  # finished sentences leave the batch
             still = (~done).nonzero().squeeze(1)  # (A',)
+            # rows of the kept sentences, e.g. K=2, still=[0, 2] -> rows [0, 1, 4, 5]
             still_rows = (still.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)  # (A'*K,)
-            active, alive = active[still], alive[still]
-            memory = type(memory)(*(m[still_rows] for m in memory))
-            state = tuple(s[still_rows] for s in state)
-            prev, alive_tokens = prev[still_rows], alive_tokens[still_rows]
-            if return_attention:
-                alive_attn = alive_attn[still_rows]
-    return _pool_to_hypotheses(pool, src_lens)
+            keep_rows, prev = keep_rows[still_rows], prev[still_rows]
+            active, alive, limits, bounds, greedy = (x[still] for x in (active, alive, limits, bounds, greedy))
+            memory = _select(memory, still_rows)  # beams of a sentence share their memory rows
+        trace.tokens.append(prev)
+        trace.parents.append(keep_rows)
+        if num_done == num_active:
+            break
+        state = tuple(s.index_select(0, keep_rows) for s in state)  # reorder (and shrink) the beams
+    return _hypotheses(pool, trace, src_lens)
 
 
-def _add_finished(
-    pool: _Pool, active: Tensor, new_scores: Tensor, new_rows: Tensor, alive_tokens: Tensor,
-    alive_attn: Tensor, t: int,
-) -> None:  # fmt: skip
-    """Merge the EOS candidates of step ``t`` (scores (A, K), source rows (A, K)) into the pool."""
-    num_active, k = new_scores.shape
-    n_best, t_max = pool.tokens.shape[1:]
-    flat_rows = new_rows.reshape(-1)  # (A*K,)
-    tokens = torch.full((num_active * k, t_max), PAD_ID, dtype=torch.long, device=new_scores.device)
-    tokens[:, : t - 1] = alive_tokens[flat_rows]
-    tokens[:, t - 1] = EOS_ID
-    merged_scores = torch.cat([pool.scores[active], new_scores], dim=1)  # (A, N+K)
-    pool_scores, pick = merged_scores.topk(n_best, dim=1)  # (A, N), indices into N+K
-    merged_tokens = torch.cat([pool.tokens[active], tokens.view(num_active, k, t_max)], dim=1)
-    pool.tokens[active] = merged_tokens.gather(1, pick.unsqueeze(2).expand(-1, -1, t_max))
-    pool.scores[active] = pool_scores
-    if pool.attention is not None:
-        src_len = pool.attention.size(-1)
-        attn = alive_attn.new_zeros(num_active * k, t_max, src_len)
-        attn[:, :t] = alive_attn[flat_rows]
-        merged = torch.cat([pool.attention[active], attn.view(num_active, k, t_max, src_len)], dim=1)
-        pool.attention[active] = merged.gather(
-            1, pick.view(num_active, n_best, 1, 1).expand(-1, -1, t_max, src_len)
-        )
+class _GreedyStep(NamedTuple):
+    """The greedy path's best extension at this step, per sentence: (A,) each."""
+
+    row: Tensor  # decoder row of the path (junk once it has ended)
+    token: Tensor  # its most probable next token
+    score: Tensor  # the path's summed log-probability with that token
+    ends: Tensor  # bool: that token is EOS (and the path had not ended before)
+
+    @classmethod
+    def of(cls, greedy: Tensor, best: Tensor, best_tokens: Tensor) -> _GreedyStep:
+        """:param greedy: (A,) the path's beam, -1 once ended. :param best: (A, K) and
+        ``best_tokens`` (A, K): each beam's best extension (from :func:`_expand`)."""
+        beam = greedy.clamp(min=0).unsqueeze(1)  # (A, 1)
+        token = best_tokens.gather(1, beam).squeeze(1)  # (A,)
+        row = torch.arange(best.size(0), device=best.device) * best.size(1) + beam.squeeze(1)  # (A,)
+        return cls(row, token, best.gather(1, beam).squeeze(1), (greedy >= 0) & (token == EOS_ID))
 
 
-def _pool_to_hypotheses(pool: _Pool, src_lens: Tensor) -> list[list[Hypothesis]]:
-    scores, tokens = pool.scores.cpu().tolist(), pool.tokens.cpu().tolist()
-    out = []
-    for i, (sentence_scores, sentence_tokens) in enumerate(zip(scores, tokens)):
+def _finished(scores: Tensor, rows: Tensor, tokens: Tensor, path: _GreedyStep, lp: float) -> tuple[Tensor, Tensor]:
+    """The hypotheses that end now: EOS among the top K candidates (A, 2K), plus the greedy path
+    if it ends and is not among them. :return: normalised scores (A, K+1), -inf for none, and rows."""
+    k = scores.size(1) // 2
+    ends = tokens[:, :k] == EOS_ID  # (A, K)
+    finished = torch.where(ends, scores[:, :k] / lp, float("-inf"))  # (A, K)
+    listed = (ends & (rows[:, :k] == path.row.unsqueeze(1))).any(dim=1)  # (A,)
+    greedy = torch.where(path.ends & ~listed, path.score / lp, float("-inf"))  # (A,)
+    return torch.cat([finished, greedy.unsqueeze(1)], dim=1), torch.cat([rows[:, :k], path.row.unsqueeze(1)], dim=1)
+
+
+def _keep_greedy_path(greedy: Tensor, path: _GreedyStep, alive: Tensor, keep_rows: Tensor, prev: Tensor) -> Tensor:
+    """Keep the greedy path among the alive hypotheses, so that beam search never ends with a lower
+    score than greedy search: plain beam search can prune the greedy prefix and then see all its
+    survivors fall below it. When the greedy continuation was not chosen it is, of all candidates,
+    no better than the K-th chosen one, so putting it in place of that one keeps ``alive`` sorted.
+
+    :param greedy: (A,) the greedy path's beam, -1 once it has ended.
+    :param alive: (A, K), ``keep_rows`` (A, K), ``prev`` (A, K): the chosen beams, changed in place.
+    :return: the greedy path's new beam (A,), -1 once ended.
+    """
+    going_on = (greedy >= 0) & ~path.ends  # (A,)
+    match = (keep_rows == path.row.unsqueeze(1)) & (prev == path.token.unsqueeze(1))  # (A, K)
+    missing = going_on & ~match.any(dim=1)  # (A,)
+    last = alive.size(1) - 1
+    keep_rows[:, last] = torch.where(missing, path.row, keep_rows[:, last])
+    prev[:, last] = torch.where(missing, path.token, prev[:, last])
+    alive[:, last] = torch.where(missing, path.score, alive[:, last])
+    beam = torch.where(missing, last, match.int().argmax(dim=1))  # (A,)
+    return torch.where(going_on, beam, -1)
+
+
+def _expand(log_probs: Tensor, alive: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The 2K best one-token extensions of each sentence's K alive hypotheses.
+
+    Only a row's 2K best tokens can be among its sentence's 2K best, so the (A, K*V) matrix of all
+    candidates is never formed: (A, K*C) with C = min(2K, V) is enough.
+
+    :param log_probs: (A*K, V). :param alive: (A, K) summed log-probs.
+    :return: scores (A, 2K) summed log-probs, best first; rows (A, 2K) long, the decoder row each
+        extends; tokens (A, 2K) long; and each beam's best extension: its sum (A, K) and token (A, K).
+    """
+    num_active = alive.size(0)
+    per_row = min(2 * k, log_probs.size(1))  # C
+    row_top, row_tokens = log_probs.topk(per_row, dim=1)  # (A*K, C)
+    candidates = (alive.view(-1, 1) + row_top).view(num_active, k * per_row)  # (A, K*C)
+    scores, flat = candidates.topk(2 * k, dim=1)  # (A, 2K)
+    # flat id = beam * C + rank, e.g. K=2, C=4: flat 5 = beam 1's second-best token, row a*K + 1
+    base = torch.arange(num_active, device=log_probs.device).unsqueeze(1) * k  # (A, 1)
+    rows = base + flat.div(per_row, rounding_mode="floor")  # (A, 2K)
+    row_tokens = row_tokens.view(num_active, k * per_row)  # (A, K*C)
+    tokens = row_tokens.gather(1, flat)  # (A, 2K)
+    best = candidates.view(num_active, k, per_row)[:, :, 0]  # (A, K)
+    return scores, rows, tokens, best, row_tokens.view(num_active, k, per_row)[:, :, 0]
+
+
+def _hypotheses(pool: _Pool, trace: _Trace, src_lens: Tensor) -> list[list[Hypothesis]]:
+    """Trace the pools back into per-sentence lists of :class:`Hypothesis`, best first."""
+    batch_size, n_best = pool.scores.shape
+    valid = torch.isfinite(pool.scores.view(-1))  # (B*N,)
+    tokens, attention = trace.backtrack(pool.steps.view(-1), pool.rows.view(-1), valid)
+    scores, steps = pool.scores.view(-1).tolist(), pool.steps.view(-1).tolist()
+    tokens_list = tokens.tolist()
+    out: list[list[Hypothesis]] = []
+    for b in range(batch_size):
         hyps = []
-        for j, (score, toks) in enumerate(zip(sentence_scores, sentence_tokens)):
-            if score == float("-inf"):
+        for h in range(b * n_best, (b + 1) * n_best):
+            if scores[h] == float("-inf"):
                 continue
-            length = toks.index(EOS_ID)
-            attn = pool.attention[i, j, : length + 1, : int(src_lens[i])].cpu() if pool.attention is not None else None
-            hyps.append(Hypothesis(toks[:length], score, attn))
+            length = steps[h] - 1  # tokens before EOS
+            attn = attention[h, : length + 1, : int(src_lens[b])].cpu() if attention is not None else None
+            hyps.append(Hypothesis(tokens_list[h][:length], scores[h], attn))
         out.append(hyps)
     return out
 
@@ -250,34 +422,62 @@ def _pool_to_hypotheses(pool: _Pool, src_lens: Tensor) -> list[list[Hypothesis]]
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How to decode (the ``search`` settings of training validation and ``nmt.translate``).
+    """How to decode (``train.search`` for validation, the top level of ``translate.yaml``).
 
-    :param beam_size: 1 means greedy search.
-    :param n_best: hypotheses kept per sentence.
-    :param length_penalty: ``none``, ``average`` or ``gnmt``.
-    :param alpha: GNMT length-penalty exponent.
-    :param max_len_a: output limit = ``max_len_a * source length + max_len_b``.
+    :param beam_size: K; 1 with ``n_best=1`` means greedy search.
+    :param n_best: hypotheses kept per sentence (<= K).
+    :param length_penalty: ``none``, ``average`` or ``gnmt`` (unused by greedy search).
+    :param alpha: GNMT length-penalty exponent (>= 0).
+    :param max_len_a: output limit = ``max_len_a * source length + max_len_b`` (EOS included).
     :param max_len_b: see ``max_len_a``.
     """
 
-    beam_size: int = 5
-    n_best: int = 1
-    length_penalty: str = "gnmt"
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
+    beam_size: int
+    n_best: int
+    length_penalty: str
+    alpha: float
+    max_len_a: float
+    max_len_b: int
+
+    def __post_init__(self) -> None:
+        check_search_settings(self.beam_size, self.n_best, self.length_penalty, self.alpha)
 
 
 def search(
     model: Seq2Seq, src: Tensor, src_lens: Tensor, settings: SearchSettings, return_attention: bool = False
 ) -> list[list[Hypothesis]]:
-    """Greedy search when ``beam_size == 1`` and ``n_best == 1``, else beam search."""
+    """Greedy search when ``beam_size == 1`` and ``n_best == 1``, else beam search.
+
+    :param src: (B, S) long. :param src_lens: (B,) long. :return: per sentence, its hypotheses.
+    """
     if settings.beam_size == 1 and settings.n_best == 1:
         return greedy_search(model, src, src_lens, settings.max_len_a, settings.max_len_b, return_attention)
     return beam_search(
         model, src, src_lens, settings.beam_size, settings.n_best, settings.length_penalty, settings.alpha,
         settings.max_len_a, settings.max_len_b, return_attention,
     )  # fmt: skip
+
+
+def length_batches(lengths: np.ndarray, batch_size: int, unit: str) -> list[np.ndarray]:
+    """Indices of sources cut into batches after sorting by length, longest first.
+
+    :param lengths: (N,) source lengths (EOS included).
+    :param batch_size: sentences per batch (``unit="sentences"``) or padded source tokens per batch,
+        rows x longest (``unit="tokens"``; a longer sentence gets a batch of its own).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    order = np.argsort(-lengths, kind="stable")
+    if unit == "sentences":
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if unit != "tokens":
+        raise ValueError(f"batch_unit={unit!r}: choose one of {', '.join(BATCH_UNITS)}")
+    batches, start = [], 0
+    for pos in range(1, len(order) + 1):  # longest first, so a batch's width is its first length
+        if pos == len(order) or (pos + 1 - start) * int(lengths[order[start]]) > batch_size:
+            batches.append(order[start:pos])
+            start = pos
+    return batches
 
 
 def translate_ids(
@@ -288,25 +488,27 @@ def translate_ids(
     device: torch.device,
     return_attention: bool = False,
     progress=None,
+    batch_unit: str = "sentences",
 ) -> list[list[Hypothesis]]:
     """Decode many sources (subword ids, without EOS), in batches of similar length, in input order.
 
-    :param batch_size: sentences per batch.
-    :param progress: optional callable ``progress(num_sentences_done)``.
+    :param batch_size: sentences (or padded source tokens, see ``batch_unit``) per batch.
+    :param progress: optional callable ``progress(sentences_done_in_this_batch)``.
+    :param batch_unit: ``sentences`` or ``tokens`` (see :func:`length_batches`).
+    :return: per source, its hypotheses, best first.
     """
     model.eval()
-    lengths = np.array([len(ids) + 1 for ids in src_ids])
-    order = np.argsort(-lengths, kind="stable")
+    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)  # + EOS
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        src = torch.full((len(chunk), int(lengths[chunk].max())), PAD_ID, dtype=torch.long)
+    for chunk in length_batches(lengths, batch_size, batch_unit) if len(src_ids) else []:
+        src = np.full((len(chunk), int(lengths[chunk].max())), PAD_ID, dtype=np.int64)  # (B, S)
         for row, i in enumerate(chunk):
-            src[row, : len(src_ids[i])] = torch.as_tensor(src_ids[i], dtype=torch.long)
-            src[row, len(src_ids[i])] = EOS_ID
-        src_lens = torch.from_numpy(lengths[chunk])
-        for i, hyps in zip(chunk, search(model, src.to(device), src_lens, settings, return_attention)):
-            results[i] = hyps
+            src[row, : lengths[i] - 1] = src_ids[i]
+            src[row, lengths[i] - 1] = EOS_ID
+        src_lens = torch.from_numpy(lengths[chunk])  # (B,) on the CPU, as the encoder wants
+        hyps = search(model, torch.from_numpy(src).to(device), src_lens, settings, return_attention)
+        for i, sentence_hyps in zip(chunk, hyps):
+            results[i] = sentence_hyps
         if progress is not None:
             progress(len(chunk))
     return results

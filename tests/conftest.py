@@ -216,13 +216,14 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
     try:
         train(cfg, folder / "run")
-    finally:  # train() logs to <run>/train.log through the root logger; detach it
+    finally:  # train() logs to <run>/train.log through the root logger and sets torch's threads
         for handler in [h for h in root.handlers if h not in handlers]:
             root.removeHandler(handler)
             handler.close()
         root.setLevel(level)
+        torch.set_num_threads(threads)
     test = load_corpus(cfg.data)["test"]
     return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)

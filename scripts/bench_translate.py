@@ -1,0 +1,134 @@
+"""Translation speed: Multi30k test_2016_flickr (1,000 sentences) with greedy search and beam 5.
+
+    python scripts/bench_translate.py --ckpt RUN/checkpoints/best.pt [--data-dir ../shared/data/multi30k]
+    python scripts/bench_translate.py --untrained     # the reference model with random weights
+
+Prints, per search, seconds, sentences/s and target subwords/s (and BLEU for a trained model), the
+model loading time separately, then one JSON line with every figure. Search settings and batching
+are the defaults of ``configs/translate.yaml`` unless given here.
+
+``--untrained`` builds the ``multi30k_de_en`` reference model with random weights (its
+sentencepiece models are trained on, or taken from the cache of, the Multi30k training split). Such a
+model seldom ends a sentence, so its output limit is cut to one target subword per source subword
+(``max_len_a=1, max_len_b=0``), about what a trained model produces on this data; its timings
+approximate a trained model's and its BLEU means nothing (not reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from sacrebleu.metrics import BLEU
+
+from nmt.corpora import multi30k_file, read_lines, read_parallel
+from nmt.model import build_model
+from nmt.search import SearchSettings
+from nmt.translate import load_translator, translate_lines
+from nmt.utils import resolve_device, seed_everything, set_threads
+from nmt.vocab import VocabSettings, build_vocabs
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULTS = OmegaConf.load(REPO / "configs" / "translate.yaml")
+
+
+def untrained_reference(data_dir: Path, cache_dir: Path):
+    """The ``multi30k_de_en`` model with random weights, its vocabularies and config."""
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=multi30k_de_en", f"data.dir={data_dir}",
+                                          f"data.cache_dir={cache_dir}"])  # fmt: skip
+    train = read_parallel(
+        multi30k_file(cfg.data.train_split, cfg.data.src_lang, str(data_dir), cache_dir),
+        multi30k_file(cfg.data.train_split, cfg.data.tgt_lang, str(data_dir), cache_dir),
+    )
+    src_vocab, tgt_vocab = build_vocabs(train.src, train.tgt, VocabSettings(**cfg.data.vocab), cache_dir / "spm")
+    seed_everything(0)
+    return build_model(cfg.model, len(src_vocab), len(tgt_vocab)).eval(), src_vocab, tgt_vocab, cfg
+
+
+def time_search(model, src_vocab, lines, settings, args, device) -> tuple[float, list]:
+    """Best of ``args.repeat`` timed runs over all ``lines`` (after one untimed warm-up batch)."""
+    run = lambda chunk: translate_lines(  # noqa: E731
+        model, src_vocab, chunk, settings, args.batch_size, args.batch_unit, device, args.max_src_len
+    )
+    run(lines[: min(len(lines), 32)])
+    best, result = float("inf"), []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        result = run(lines)
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", type=Path, help="a trained checkpoint (else --untrained)")
+    parser.add_argument("--untrained", action="store_true", help="the reference model with random weights")
+    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--cache-dir", type=Path, default=REPO / "data", help="sentencepiece cache (--untrained)")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    parser.add_argument("--batch-unit", default=DEFAULTS.batch_unit, choices=["sentences", "tokens"])
+    parser.add_argument("--threads", type=int, default=DEFAULTS.threads, help="0 = torch's default")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per search; the best is reported")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all)")
+    args = parser.parse_args(argv)
+    if (args.ckpt is None) == (not args.untrained):
+        parser.error("give exactly one of --ckpt and --untrained")
+    set_threads(args.threads)
+    device = resolve_device(args.device)
+
+    start = time.perf_counter()
+    if args.untrained:
+        model, src_vocab, tgt_vocab, cfg = untrained_reference(args.data_dir, args.cache_dir)
+        model = model.to(device)
+        max_len_a, max_len_b = 1.0, 0
+    else:
+        model, src_vocab, tgt_vocab, cfg = load_translator(args.ckpt, device)
+        max_len_a, max_len_b = DEFAULTS.max_len_a, DEFAULTS.max_len_b
+    load_seconds = time.perf_counter() - start
+    args.max_src_len = cfg.data.max_len
+    src_path = multi30k_file(args.split, cfg.data.src_lang, str(args.data_dir), args.cache_dir)
+    ref_path = multi30k_file(args.split, cfg.data.tgt_lang, str(args.data_dir), args.cache_dir)
+    sources, references = read_lines(src_path), read_lines(ref_path)
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+
+    report = {"model": "untrained" if args.untrained else "trained", "ckpt": str(args.ckpt or ""),
+              "split": args.split, "sentences": len(sources), "threads": torch.get_num_threads(),
+              "device": str(device), "batch_size": args.batch_size, "batch_unit": args.batch_unit,
+              "max_len_a": max_len_a, "max_len_b": max_len_b, "load_seconds": round(load_seconds, 3)}  # fmt: skip
+    name = args.ckpt or "multi30k_de_en with random weights"
+    print(f"model: {name}, loaded in {load_seconds:.2f}s; {len(sources)} sentences of {args.split}, "
+          f"{report['threads']} threads, batches of {args.batch_size} {args.batch_unit}")  # fmt: skip
+    for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+        settings = SearchSettings(beam_size=beam, n_best=1, length_penalty=DEFAULTS.length_penalty,
+                                  alpha=DEFAULTS.alpha, max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
+        seconds, result = time_search(model, src_vocab, sources, settings, args, device)
+        hyps = [tgt_vocab.decode(t.hypotheses[0].tokens) if t.hypotheses else "" for t in result]
+        tokens = sum(len(t.hypotheses[0].tokens) + 1 for t in result if t.hypotheses)
+        figures = {"seconds": round(seconds, 3), "sentences_per_s": round(len(sources) / seconds, 1),
+                   "tgt_tokens_per_s": round(tokens / seconds, 1)}  # fmt: skip
+        line = f"{name:>7}: {seconds:7.2f}s  {figures['sentences_per_s']:7.1f} sentences/s  " \
+               f"{figures['tgt_tokens_per_s']:8.1f} target subwords/s"  # fmt: skip
+        if not args.untrained:
+            bleu = BLEU()
+            figures["bleu"] = round(bleu.corpus_score(hyps, [references]).score, 2)
+            figures["bleu_signature"] = str(bleu.get_signature())
+            line += f"  BLEU {figures['bleu']:.2f}"
+        print(line)
+        report[name] = figures
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""``nmt.translate``: exactly one output line per input line whatever the input (empty, very long,
+control characters, arbitrary Unicode: property-based), n-best lists, alignment files, clear errors
+for bad UTF-8 and bad checkpoints, stdin/stdout pipes that leave nothing behind in the current
+directory, and averaged checkpoints that it loads."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIG_DIR, REPO_ROOT, SmokeRun
+from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.corpora import DataError, decode_lines
+from nmt.model import CheckpointError, build_model, load_checkpoint, model_from_checkpoint, save_checkpoint
+from nmt.search import SearchSettings
+from nmt.translate import format_translations, load_translator, read_input, translate, translate_lines
+
+CPU = torch.device("cpu")
+GREEDY = SearchSettings(beam_size=1, n_best=1, length_penalty="none", alpha=0.0, max_len_a=1.5, max_len_b=10)
+BEAM = SearchSettings(beam_size=3, n_best=1, length_penalty="gnmt", alpha=0.6, max_len_a=1.5, max_len_b=10)
+
+
+@pytest.fixture(scope="module")
+def translator(smoke_run: SmokeRun):
+    """The smoke model, its vocabularies and config, loaded as ``nmt.translate`` does."""
+    return load_translator(smoke_run.checkpoint, CPU)
+
+
+def run_lines(translator, lines: list[str], search: SearchSettings = GREEDY, max_src_len: int = 50) -> str:
+    model, src_vocab, tgt_vocab, _ = translator
+    translations = translate_lines(model, src_vocab, lines, search, 16, "sentences", CPU, max_src_len)
+    return format_translations(translations, tgt_vocab, search.n_best)
+
+
+def translate_cfg(**values) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("translate", overrides=[f"{key}={value}" for key, value in values.items()])
+
+
+def test_one_output_line_per_input_line_in_order(translator, smoke_run: SmokeRun) -> None:
+    lines = [smoke_run.test_src[0], "", smoke_run.test_src[1], "   ", smoke_run.test_src[0], "", ""]
+    output = run_lines(translator, lines, BEAM).split("\n")
+    assert output[-1] == "" and len(output) == len(lines) + 1  # every line ends with \n
+    assert output[1] == output[3] == output[5] == output[6] == ""
+    assert output[0] == output[4] != ""  # a sentence's translation does not depend on its neighbours
+    alone = [run_lines(translator, [line], BEAM) for line in smoke_run.test_src[:2]]
+    assert [output[0] + "\n", output[2] + "\n"] == alone
+    assert run_lines(translator, []) == ""
+
+
+def test_long_lines_are_truncated_with_a_warning_not_dropped(translator, smoke_run, caplog) -> None:
+    long_line = " ".join(smoke_run.test_src[:40])  # ~200 subwords
+    lines = [smoke_run.test_src[2], long_line, smoke_run.test_src[3]]
+    model, src_vocab, _, _ = translator
+    with caplog.at_level(logging.WARNING, logger="nmt.translate"):
+        translations = translate_lines(model, src_vocab, lines, GREEDY, 16, "sentences", CPU, max_src_len=30)
+    assert [len(t.src_ids) for t in translations] == [len(src_vocab.encode([lines[0]])[0]), 30,
+                                                      len(src_vocab.encode([lines[2]])[0])]  # fmt: skip
+    assert all(t.hypotheses for t in translations)
+    assert [r.getMessage() for r in caplog.records if "line 2:" in r.getMessage() and "max_src_len=30" in r.getMessage()]
+    assert not [r for r in caplog.records if "line 1:" in r.getMessage() or "line 3:" in r.getMessage()]
+
+
+def test_input_is_split_at_newlines_only(tmp_path: Path, monkeypatch) -> None:
+    odd = ["a\x0bb", "c\x1cd\x1de\x1ef", "g\u2028h\u2029i", "j\x85k\x0cl", "m\rn", "", "  "]
+    raw = "\r\n".join(odd).encode("utf-8") + b"\n"  # CRLF line ends are accepted too
+    assert decode_lines(raw, "<test>") == odd
+    (tmp_path / "in.txt").write_bytes(raw)
+    assert read_input(str(tmp_path / "in.txt"), "error") == odd
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert read_input("-", "error") == odd
+
+
+def test_bad_utf8_stops_naming_the_line_unless_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nalso fine\nbad \xff\xfe here\nfine\n")
+    with pytest.raises(DataError, match=r"bad.txt, line 3: invalid UTF-8.*on_bad_utf8=replace"):
+        read_input(str(path), "error")
+    assert read_input(str(path), "replace") == ["fine", "also fine", "bad \ufffd\ufffd here", "fine"]
+    with pytest.raises(ValueError, match="on_bad_utf8='ignore'"):
+        read_input(str(path), "ignore")
+
+
+# Arbitrary lines (never a "\n", which separates them), with control characters, separators that
+# str.splitlines breaks on, empty lines and very long lines.
+ODD = ["", " ", "\t", "\x00", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r", "\ufeff"]
+any_line = st.one_of(
+    st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), max_size=40),
+    st.sampled_from(ODD),
+    st.lists(st.sampled_from(["toga", "sala", "duta", "zepo", "\u2028", "\x0b", "é"]), max_size=8).map(" ".join),
+    st.integers(200, 3000).map(lambda n: ("zepo sala " * n)[: n * 7]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(any_line, max_size=8), beam=st.sampled_from([GREEDY, BEAM]))
+def test_any_input_gives_exactly_one_line_per_line(translator, lines: list[str], beam: SearchSettings) -> None:
+    raw = "".join(line + "\n" for line in lines).encode("utf-8")
+    read = decode_lines(raw, "<hypothesis>")
+    assert len(read) == len(lines)
+    output = run_lines(translator, read, beam, max_src_len=40)
+    assert output.count("\n") == len(lines) and (not lines or output.endswith("\n"))
+    assert all(not out for line, out in zip(read, output.split("\n")) if not line.strip())
+
+
+def test_n_best_lists(translator, smoke_run: SmokeRun) -> None:
+    lines = [smoke_run.test_src[4], "", smoke_run.test_src[5]]
+    search = SearchSettings(beam_size=5, n_best=3, length_penalty="gnmt", alpha=0.6, max_len_a=1.5, max_len_b=10)
+    rows = [line.split("\t") for line in run_lines(translator, lines, search).splitlines()]
+    assert all(len(row) == 3 for row in rows)
+    indices = [int(index) for index, _, _ in rows]
+    assert indices == sorted(indices) and set(indices) == {0, 1, 2}
+    assert [text for index, _, text in rows if index == "1"] == [""]  # the empty line: one empty entry
+    for i in (0, 2):
+        scores = [float(score) for index, score, _ in rows if int(index) == i]
+        texts = [text for index, _, text in rows if int(index) == i]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True) and len(set(texts)) == 3
+
+
+def test_cli_in_process_writes_output_and_alignments(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    source = tmp_path / "test.src"
+    lines = smoke_run.test_src[:5] + [""]
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    cfg = translate_cfg(ckpt=smoke_run.checkpoint, input=source, output=tmp_path / "out" / "hyp.txt",
+                        attention_dir=tmp_path / "attention", beam_size=2)  # fmt: skip
+    summary = translate(cfg)
+    assert summary["sentences"] == 6 and summary["tgt_tokens"] > 0
+    hyps = (tmp_path / "out" / "hyp.txt").read_text(encoding="utf-8").split("\n")
+    assert len(hyps) == 7 and hyps[5] == "" and all(hyps[:5])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["hyp.txt"]  # no temporary file left
+    written = sorted(p.name for p in (tmp_path / "attention").iterdir())
+    assert written == [f"{i:06d}.{ext}" for i in range(5) for ext in ("json", "png")]  # none for the empty line
+    _, src_vocab, _, _ = load_translator(smoke_run.checkpoint, CPU)
+    for i in range(5):
+        record = json.loads((tmp_path / "attention" / f"{i:06d}.json").read_text(encoding="utf-8"))
+        weights = torch.tensor(record["weights"])
+        assert record["index"] == i
+        assert len(record["source"]) == len(src_vocab.encode([lines[i]])[0]) + 1  # + </s>
+        assert tuple(weights.shape) == tuple(record["shape"]) == (len(record["target"]), len(record["source"]))
+        torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(record["target"])), atol=1e-4, rtol=0)
+        assert (tmp_path / "attention" / f"{i:06d}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+SYSTEM = {"_target_": "os.system", "command": "touch pwned"}
+
+
+def _payload(smoke_run: SmokeRun) -> dict:
+    return load_checkpoint(smoke_run.checkpoint)
+
+
+BAD_CHECKPOINTS = {
+    "missing": (lambda path, run: None, "no such checkpoint"),
+    "truncated": (lambda path, run: path.write_bytes(run.checkpoint.read_bytes()[:5000]), "not a readable checkpoint"),
+    "garbage": (lambda path, run: path.write_bytes(b"\x00not a checkpoint" * 100), "not a readable checkpoint"),
+    "foreign": (lambda path, run: torch.save({"weights": torch.zeros(3)}, path), "not an nmt checkpoint"),
+    "other_architecture": (
+        lambda path, run: torch.save({**_payload(run), "model": {"encoder.rnn.weight": torch.zeros(1)}}, path),
+        "do not fit",
+    ),
+    "incomplete_config": (
+        lambda path, run: torch.save({**_payload(run), "config": {"model": {"dropout": 0.1}}}, path),
+        "cannot rebuild the model",
+    ),
+    "foreign_code_in_config": (  # instantiating it would call os.system: refused before
+        lambda path, run: torch.save({**_payload(run), "config": {"model": {"encoder": SYSTEM}}}, path),
+        "_target_='os.system', which is not an nmt class",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_CHECKPOINTS))
+def test_bad_checkpoints_are_refused_with_one_clear_error(kind: str, smoke_run: SmokeRun, tmp_path: Path) -> None:
+    make, message = BAD_CHECKPOINTS[kind]
+    path = tmp_path / "model.pt"
+    make(path, smoke_run)
+    with pytest.raises(CheckpointError, match=message) as error:
+        load_translator(path, CPU)
+    assert str(path) in str(error.value) and "\n" not in str(error.value).strip()
+
+
+def _cli(args: list[str], cwd: Path, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmt.translate", *args], cwd=cwd, input=stdin,
+                          capture_output=True, timeout=120)  # fmt: skip
+
+
+def test_cli_pipes_stdin_to_stdout_and_leaves_the_directory_clean(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    lines = [smoke_run.test_src[6], "", "x\x0by\u2028z", smoke_run.test_src[7]]
+    raw = "\n".join(lines).encode("utf-8")  # no final newline: still four lines
+    proc = _cli([f"ckpt={smoke_run.checkpoint}", "beam_size=2"], tmp_path, stdin=raw)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode("utf-8").split("\n")
+    assert len(out) == 5 and out[1] == "" and out[0] and out[3]
+    assert "4 sentences" in proc.stderr.decode() and "sentences/s" in proc.stderr.decode()
+    assert list(tmp_path.iterdir()) == []  # no outputs/, .hydra/ or log file
+
+
+def test_cli_errors_are_one_line_without_traceback(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(smoke_run.checkpoint.read_bytes()[:1000])
+    proc = _cli([f"ckpt={broken}"], tmp_path, stdin=b"toga sala\n")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err and proc.stdout == b""
+    assert f"{broken}: not a readable checkpoint" in err and len(err.strip().splitlines()) == 1
+    proc = _cli([f"ckpt={smoke_run.checkpoint}"], tmp_path, stdin=b"toga\nsala \xff\n")
+    assert proc.returncode == 1 and "<stdin>, line 2: invalid UTF-8" in proc.stderr.decode()
+    assert proc.stdout == b""
+
+
+def test_averaged_checkpoints_load_and_translate(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    steps = sorted((smoke_run.folder / "checkpoints").glob("step*.pt"))
+    assert len(steps) >= 2
+    output = tmp_path / "averaged.pt"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "average_checkpoints.py"), str(smoke_run.folder),
+                           "--last", "2", "--output", str(output)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    averaged = load_checkpoint(output)
+    assert averaged["train_state"] is None
+    weights = [load_checkpoint(path)["model"] for path in steps[-2:]]
+    for name, tensor in averaged["model"].items():
+        torch.testing.assert_close(tensor, (weights[0][name] + weights[1][name]) / 2)
+    model, src_vocab, tgt_vocab, _ = model_from_checkpoint(averaged)
+    assert run_lines((model, src_vocab, tgt_vocab, None), smoke_run.test_src[:3]).count("\n") == 3
+
+
+def test_models_without_attention_refuse_attention_dir(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    payload = load_checkpoint(smoke_run.checkpoint)
+    config = OmegaConf.create(payload["config"])
+    config.model.attention = {"_target_": "nmt.attention.NoAttention"}
+    _, src_vocab, tgt_vocab, _ = model_from_checkpoint(payload)
+    model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+    save_checkpoint(tmp_path / "noattn.pt", model, config, src_vocab, tgt_vocab)
+    (tmp_path / "in.txt").write_text(smoke_run.test_src[0] + "\n", encoding="utf-8")
+    cfg = translate_cfg(ckpt=tmp_path / "noattn.pt", input=tmp_path / "in.txt", attention_dir=tmp_path / "alignments")
+    with pytest.raises(ValueError, match="no attention"):
+        translate(cfg)
