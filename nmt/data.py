@@ -191,19 +191,34 @@ class PairData:
 
 
 def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
-    """This rank's share of an epoch's batches: the same number for every rank, no pair twice.
+    """This rank's share of an epoch's batches: the same number for every rank, every pair exactly once.
 
-    Whole batches are dealt round-robin; the last ``len % world_size`` batches are merged and split
-    row-wise so that each rank gets one (smaller) batch more. With 7 batches and 2 ranks:
-    rank 0 gets b0 b2 b4 + half of b6, rank 1 gets b1 b3 b5 + the other half of b6.
+    Batches are dealt round-robin. When their number is not a multiple of ``world_size``, the batch
+    with the most rows among the last ones is halved (in place, so no batch grows beyond
+    ``max_tokens``) until it is; if the last batches hold too few rows, the batch before them joins
+    them first. With 7 batches and 2 ranks: rank 0 gets b0 b2 b4 + half of b6, rank 1 gets b1 b3 b5
+    + the other half of b6. Only if every batch is a single pair are two of them merged.
+
+    :raises ValueError: fewer pairs than ranks (some rank would have nothing to train on).
     """
     if world_size == 1:
         return batches
     whole = len(batches) - len(batches) % world_size
-    mine = batches[rank:whole:world_size]
-    if whole < len(batches):
-        rest = np.concatenate(batches[whole:])
-        parts = np.array_split(rest, world_size)
-        if all(len(p) for p in parts):
-            mine.append(parts[rank])
-    return mine
+    head, tail = list(batches[:whole]), list(batches[whole:])
+    while (len(head) + len(tail)) % world_size:
+        sizes = [len(b) for b in tail]
+        if sizes and max(sizes) > 1:
+            i = sizes.index(max(sizes))
+            half = (len(tail[i]) + 1) // 2
+            tail[i : i + 1] = [tail[i][:half], tail[i][half:]]
+        elif head:
+            tail.insert(0, head.pop())
+        else:  # only single pairs left: merge the extra ones into the pairs before them
+            extra = len(tail) % world_size
+            keep = len(tail) - extra
+            if keep == 0:
+                raise ValueError(f"{len(tail)} training pairs cannot be shared among {world_size} processes")
+            for j in range(extra):
+                tail[keep - world_size + j] = np.concatenate([tail[keep - world_size + j], tail[keep + j]])
+            del tail[keep:]
+    return (head + tail)[rank::world_size]

@@ -143,13 +143,16 @@ def test_shard_gives_every_rank_the_same_number_of_batches(world_size: int, num_
     sizes = rng.integers(1, 6, num_batches)
     order = rng.permutation(int(sizes.sum()))
     batches = np.split(order, np.cumsum(sizes)[:-1])
+    if len(order) < world_size:  # some rank would get nothing
+        with pytest.raises(ValueError, match="cannot be shared"):
+            shard(batches, 0, world_size)
+        return
     shards = [shard(batches, rank, world_size) for rank in range(world_size)]
     assert len({len(s) for s in shards}) == 1, [len(s) for s in shards]
     seen = [int(i) for s in shards for b in s for i in b]
     assert len(seen) == len(set(seen)), "a pair was given to two ranks (or twice to one)"
     assert all(len(b) > 0 for s in shards for b in s)
-    # nothing is lost unless the leftover is smaller than the number of ranks
-    assert len(order) - len(seen) < world_size
+    assert sorted(seen) == sorted(order.tolist()), "every pair is used once per epoch"
     if world_size == 1:
         assert shards[0] == batches
 
