@@ -199,6 +199,22 @@ def load_corpus(data_cfg) -> dict[str, ParallelText]:
 
     :param data_cfg: the ``data`` config node (``name`` is ``multi30k``, ``files`` or ``synthetic``).
     """
+    corpus = _read_corpus(data_cfg)
+    for role, text in corpus.items():
+        check_has_text(text, role)
+    return corpus
+
+
+def check_has_text(text: ParallelText, role: str) -> None:
+    """Refuse a split with no pair that has text on both sides (an empty file, or only empty lines):
+    sentencepiece cannot learn from it, and nothing can be trained or scored on it."""
+    if any(s.strip() and t.strip() for s, t in zip(text.src, text.tgt)):
+        return
+    what = "are empty (0 lines)" if len(text) == 0 else f"have {len(text)} lines but none with text on both sides"
+    raise DataError(f"the {role} split {text.src_path} / {text.tgt_path} {what}; it needs sentence pairs")
+
+
+def _read_corpus(data_cfg) -> dict[str, ParallelText]:
     name = data_cfg.name
     if name == "multi30k":
         splits = {"train": data_cfg.train_split, "valid": data_cfg.valid_split}

@@ -110,7 +110,10 @@ def filter_training_pairs(dataset: datasets.Dataset, max_len: int) -> datasets.D
         log.info("dropped %d training pairs longer than data.max_len=%d subwords", int(too_long.sum()), max_len)
     keep = np.flatnonzero(~(empty | too_long))
     if len(keep) == 0:
-        raise ValueError("no training pairs left after dropping empty and over-long pairs")
+        raise ValueError(
+            f"no training pairs left: {int(empty.sum())} have an empty side and {int(too_long.sum())} are longer "
+            f"than data.max_len={max_len} subwords; raise data.max_len"
+        )
     return dataset.select(keep) if len(keep) < len(dataset) else dataset
 
 

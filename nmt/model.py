@@ -7,6 +7,7 @@ need nothing else. Files are loaded with ``torch.load(weights_only=True)``, whic
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
 from nmt.loss import output_cross_entropy
-from nmt.utils import atomic_write
+from nmt.utils import atomic_write_bytes
 from nmt.vocab import PAD_ID, Vocab
 
 CHECKPOINT_FORMAT = "nmt-checkpoint"
@@ -106,7 +107,8 @@ def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int)
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, truncated, corrupt, foreign or of another version."""
+    """A checkpoint that is missing, truncated, corrupt, foreign or of another version, or that
+    cannot be written (e.g. the disk is full)."""
 
 
 def save_checkpoint(
@@ -119,8 +121,12 @@ def save_checkpoint(
 ) -> None:
     """Write a self-describing checkpoint atomically (temporary file, fsync, rename).
 
+    The file is serialized in memory first: ``torch.save`` into a file that cannot be written
+    reports e.g. a full disk as an opaque ``unexpected pos`` error, a plain write as ``ENOSPC``.
+
     :param model: the plain ``Seq2Seq`` (not a DDP or compiled wrapper).
     :param train_state: optimizer, scheduler, step, RNG... for resuming; omitted for inference-only files.
+    :raise CheckpointError: when the file cannot be written; an older file at ``path`` is then intact.
     """
     if isinstance(config, DictConfig):
         config = OmegaConf.to_container(config, resolve=True)
@@ -132,7 +138,14 @@ def save_checkpoint(
         "vocab": {"src": src_vocab.model_proto, "tgt": tgt_vocab.model_proto},
         "train_state": train_state,
     }
-    atomic_write(path, lambda f: torch.save(payload, f))
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    path = Path(path)
+    try:
+        atomic_write_bytes(path, buffer.getbuffer())
+    except OSError as e:
+        kept = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
+        raise CheckpointError(f"cannot write the checkpoint {path} ({e.strerror or e}); {kept}") from e
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

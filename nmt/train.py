@@ -21,6 +21,7 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
@@ -28,6 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import distributed
+from nmt.config import instantiation_message, validate_config
 from nmt.corpora import DataError, load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
@@ -35,7 +37,7 @@ from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translat
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
-from nmt.utils import atomic_write_text, seed_everything, set_threads, setup_logging
+from nmt.utils import CONFIG_DIR, atomic_write_text, seed_everything, set_threads, setup_logging
 from nmt.vocab import Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger("nmt.train")
@@ -52,6 +54,7 @@ class Progress:
     best_bleu: float = -1.0
     stale_validations: int = 0  # validations since the best one
     bad_steps: int = 0  # non-finite losses in a row
+    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient, in all
 
 
 @dataclass
@@ -108,14 +111,20 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
     :return: the final metrics (best validation BLEU, test BLEU/chrF per test split...).
     """
+    validate_config(cfg)  # before anything is read or written
     run_dir, tcfg = Path(run_dir), cfg.train
     job = distributed.setup(tcfg.device, tcfg.dist_backend)
     if job.is_main:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         setup_logging(run_dir / "train.log")
+        _remove_temporary_files(run_dir)
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    else:
-        logging.getLogger().setLevel(logging.WARNING)
+    else:  # warnings still reach the console; train.log (which Hydra opens on every rank) is rank 0's
+        root = logging.getLogger()
+        root.setLevel(logging.WARNING)
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            root.removeHandler(handler)
+            handler.close()
     seed_everything(tcfg.seed + job.rank)  # different dropout masks on each rank
     set_threads(tcfg.threads)
     device = job.device
@@ -157,9 +166,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                 stats = train_update(net, optimizer, [data.train.collate(ix).to(device) for ix in group], tcfg, job)
                 progress.update_in_epoch += 1
                 if not math.isfinite(stats.grad_norm):
-                    progress.bad_steps += 1
-                    log.warning("non-finite loss or gradient at update %d: skipped (%d in a row)",
-                                progress.step + 1, progress.bad_steps)  # fmt: skip
+                    progress.bad_steps, progress.skipped_updates = progress.bad_steps + 1, progress.skipped_updates + 1
+                    log.warning("non-finite loss or gradient at update %d: skipped (%d in a row, %d in all)",
+                                progress.step + 1, progress.bad_steps, progress.skipped_updates)  # fmt: skip
                     if progress.bad_steps >= tcfg.max_bad_steps:
                         raise FloatingPointError(
                             f"{progress.bad_steps} non-finite losses in a row (train.max_bad_steps={tcfg.max_bad_steps});"
@@ -215,7 +224,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             bar.close()
     finally:
         stop.restore()
-    log.info("training stopped after %d updates: %s; best validation BLEU %.2f", progress.step, reason, progress.best_bleu)
+    log.info("training stopped after %d updates (%d skipped for a non-finite loss): %s; best validation BLEU %.2f",
+             progress.step, progress.skipped_updates, reason, progress.best_bleu)  # fmt: skip
     if not job.is_main:
         return {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
     results = _final_evaluation(model, data, settings, cfg, run_dir, progress)
@@ -373,6 +383,15 @@ def _train_state(progress: Progress, optimizer, scheduler, job: Dist) -> dict:
     }
 
 
+def _remove_temporary_files(run_dir: Path) -> None:
+    """Delete the temporary files of writes that a killed run left half done (``.<name>.*.tmp``,
+    see :func:`nmt.utils.atomic_write`); the files under final names are always complete."""
+    for folder in (run_dir, run_dir / "checkpoints", run_dir / "hypotheses"):
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+            log.info("removed %s, left by an interrupted write", stale)
+
+
 def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     if resume in (None, "", "none"):
         return None
@@ -427,13 +446,19 @@ def _flatten(node, prefix: str) -> dict:
     return out
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
     try:
         results = train(cfg, HydraConfig.get().runtime.output_dir)
-    except (DataError, CheckpointError, FloatingPointError, ValueError) as e:
+    except (DataError, CheckpointError, FloatingPointError, ValueError, OSError) as e:
         logging.getLogger("nmt").error("%s", e)
         sys.exit(1)
+    except InstantiationException as e:  # Hydra's message spans lines; the cause is what matters
+        logging.getLogger("nmt").error("%s", instantiation_message(e))
+        sys.exit(1)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+        logging.getLogger("nmt").error("interrupted: stopped without saving (checkpoints/last.pt, if any, is complete)")
+        sys.exit(130)
     finally:
         distributed.teardown()
     best = results.get("best_valid_bleu", float("nan"))

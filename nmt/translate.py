@@ -28,7 +28,7 @@ from nmt.corpora import DataError, decode_lines, read_lines
 from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import attention_figure, save_figure
 from nmt.search import Hypothesis, SearchSettings, translate_ids
-from nmt.utils import atomic_write_text, resolve_device, set_threads, setup_logging
+from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -236,7 +236,7 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
     try:

@@ -14,24 +14,33 @@ from typing import IO
 import numpy as np
 import torch
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+# The Hydra configs live next to the package (an editable install keeps them there).
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write ``path`` through a temporary file in the same folder, fsync it, then rename.
 
     A reader (or a run killed half way) never sees a half-written file under the final name:
-    it sees the old file or the new one.
+    it sees the old file or the new one. On failure (e.g. a full disk) the temporary file is
+    removed, the old file is left as it was, and an ``OSError`` names ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions of a new file
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # a failed write names no file
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
 
 

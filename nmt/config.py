@@ -1,0 +1,228 @@
+"""Start-up checks of a composed config: an invalid value fails before any data is read, with one
+line naming the key, the value and what is accepted (:class:`ConfigError`).
+
+Hydra already refuses unknown keys and group options while composing. What YAML cannot say is
+checked here: sizes, probabilities, choices among strings, and paths that must exist. The model,
+optimizer and scheduler are also built once on dummy sizes, so that a constructor's own check (e.g.
+``luong_dot`` with mismatched sizes) fails now rather than after the data is prepared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from nmt.corpora import MULTI30K_SPLITS, DataError, check_multi30k_pair
+from nmt.model import build_model
+from nmt.search import LENGTH_PENALTIES
+
+VOCAB_TYPES = ("unigram", "bpe")
+MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones
+DATA_NAMES = ("multi30k", "files", "synthetic")
+_ABSENT = object()
+
+
+class ConfigError(ValueError):
+    """An invalid config value; the message names the key, the value and the accepted values."""
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Check a composed ``train`` config; the first problem found raises :class:`ConfigError`."""
+    _check_model(cfg)
+    _check_data(cfg)
+    _check_train(cfg)
+    _check_instantiation(cfg)
+
+
+def check_search(cfg: DictConfig, prefix: str = "") -> None:
+    """Check the decoding keys ``beam_size``, ``n_best``, ``length_penalty``, ``alpha``,
+    ``max_len_a`` and ``max_len_b`` under ``prefix`` (``train.search``; ``""`` for translate.yaml)."""
+    key = lambda name: f"{prefix}.{name}" if prefix else name  # noqa: E731
+    beam_size = check_int(cfg, key("beam_size"), 1)
+    n_best = check_int(cfg, key("n_best"), 1)
+    if n_best > beam_size:
+        raise ConfigError(f"{key('n_best')}={n_best}: must be between 1 and {key('beam_size')}={beam_size}")
+    check_choice(cfg, key("length_penalty"), LENGTH_PENALTIES)
+    check_number(cfg, key("alpha"), lambda v: v >= 0, "a number >= 0")
+    max_len_a = check_number(cfg, key("max_len_a"), lambda v: v >= 0, "a number >= 0")
+    max_len_b = check_int(cfg, key("max_len_b"), 0)
+    if max_len_a == 0 and max_len_b == 0:
+        raise ConfigError(f"{key('max_len_a')} and {key('max_len_b')} are both 0: no output could be produced")
+
+
+# --------------------------------------------------------------------------- the groups
+
+
+def _check_model(cfg: DictConfig) -> None:
+    sizes = ["model.emb_dim", "model.encoder.emb_dim", "model.encoder.hidden_dim", "model.encoder.num_layers",
+             "model.decoder.emb_dim", "model.decoder.hidden_dim", "model.decoder.output_dim"]  # fmt: skip
+    if _select(cfg, "model.attention.attn_dim") is not _ABSENT:
+        sizes.append("model.attention.attn_dim")
+    for key in sizes:
+        check_int(cfg, key, 1)
+    for key in ("model.dropout", "model.encoder.dropout", "model.decoder.dropout"):
+        check_number(cfg, key, lambda v: 0 <= v < 1, "a probability in [0, 1)")
+    check_choice(cfg, "model.tie_embeddings", (True, False))
+
+
+def _check_data(cfg: DictConfig) -> None:
+    check_int(cfg, "data.max_len", 1)
+    check_int(cfg, "data.max_tokens", 1)
+    check_choice(cfg, "data.vocab.type", VOCAB_TYPES)
+    check_int(cfg, "data.vocab.size", MIN_VOCAB_SIZE)
+    check_choice(cfg, "data.vocab.joint", (True, False))
+    check_number(cfg, "data.vocab.character_coverage", lambda v: 0 < v <= 1, "a number in (0, 1]")
+    name = check_choice(cfg, "data.name", DATA_NAMES)
+    if name == "multi30k":
+        _check_multi30k(cfg)
+    elif name == "files":
+        for side in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
+            check_file(cfg, f"data.{side}")
+        if (value(cfg, "data.test_src") is None) != (value(cfg, "data.test_tgt") is None):
+            raise ConfigError("data.test_src and data.test_tgt: give both files or neither")
+        if value(cfg, "data.test_src") is not None:
+            check_file(cfg, "data.test_src")
+            check_file(cfg, "data.test_tgt")
+    else:
+        check_int(cfg, "data.words", 2)
+        min_words = check_int(cfg, "data.min_words", 1)
+        check_int(cfg, "data.max_words", min_words)
+        for key in ("data.train_size", "data.valid_size", "data.test_size"):
+            check_int(cfg, key, 1)
+
+
+def _check_multi30k(cfg: DictConfig) -> None:
+    src, tgt = value(cfg, "data.src_lang"), value(cfg, "data.tgt_lang")
+    try:
+        check_multi30k_pair(src, tgt)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    splits = [("data.train_split", value(cfg, "data.train_split")), ("data.valid_split", value(cfg, "data.valid_split"))]
+    splits += [(f"data.test_splits[{i}]", split) for i, split in enumerate(value(cfg, "data.test_splits"))]
+    for key, split in splits:
+        if split not in MULTI30K_SPLITS:
+            raise ConfigError(f"{key}={split!r}: Multi30k has the splits {', '.join(MULTI30K_SPLITS)}")
+        have = MULTI30K_SPLITS[split][1]
+        for lang in (src, tgt):
+            if lang not in have:
+                raise ConfigError(f"{key}={split!r}: this split has no {lang!r} side (it has {', '.join(have)})")
+    folder = value(cfg, "data.dir")
+    if folder is not None and not Path(str(folder)).is_dir():
+        raise ConfigError(f"data.dir={folder}: no such folder (it should hold the Multi30k raw files)")
+
+
+def _check_train(cfg: DictConfig) -> None:
+    check_number(cfg, "train.optimizer.lr", lambda v: v > 0, "a number > 0")
+    check_number(cfg, "train.label_smoothing", lambda v: 0 <= v < 1, "a number in [0, 1)")
+    check_number(cfg, "train.clip_norm", lambda v: v >= 0, "a number >= 0 (0 = no clipping)")
+    minimum = {"max_epochs": 1, "max_steps": 0, "patience": 0, "seed": 0, "threads": 0, "accum_steps": 1,
+               "eval_every": 0, "log_every": 1, "keep_checkpoints": 0, "max_bad_steps": 1, "num_heatmaps": 0,
+               "decode_batch_size": 1, "val_beam_size": 1}  # fmt: skip
+    for name, low in minimum.items():
+        check_int(cfg, f"train.{name}", low)
+    check_choice(cfg, "train.amp", ("none", "bf16"))
+    check_choice(cfg, "train.dist_backend", ("auto", "gloo", "nccl"))
+    device = value(cfg, "train.device")
+    if device != "auto":
+        try:
+            kind = torch.device(device).type
+        except (RuntimeError, TypeError):
+            raise ConfigError(f"train.device={device!r}: choose auto, cpu, cuda or cuda:<index>") from None
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"train.device={device!r}: no GPU is visible; use train.device=auto or cpu")
+    resume = value(cfg, "train.resume")
+    if resume not in (None, "", "none", "auto") and not Path(str(resume)).is_file():
+        raise ConfigError(
+            f"train.resume={resume}: no such checkpoint file; give a file, auto (<run>/checkpoints/last.pt) or null"
+        )
+    check_search(cfg, "train.search")
+
+
+def _check_instantiation(cfg: DictConfig) -> None:
+    """Build the model (vocabularies of 8), the optimizer and the scheduler once, without
+    touching the global random state."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            build_model(cfg.model, MIN_VOCAB_SIZE, MIN_VOCAB_SIZE)
+            optimizer = hydra.utils.instantiate(cfg.train.optimizer)
+            scheduler = hydra.utils.instantiate(cfg.train.scheduler)
+        except InstantiationException as e:
+            raise ConfigError(instantiation_message(e)) from None
+        try:  # both are partials: the optimizer takes parameters, the scheduler an optimizer
+            optimizer = optimizer([torch.nn.Parameter(torch.zeros(1))])
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"train.optimizer: {e}") from None
+        try:
+            scheduler(optimizer)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"train.scheduler: {e}") from None
+
+
+def instantiation_message(error: InstantiationException) -> str:
+    """One line for Hydra's multi-line ``InstantiationException``: the config key, the class, and
+    the constructor's own message, e.g. ``model.attention (nmt.attention.LuongDotAttention): ...``."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    key = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), "")
+    target = lines[0].split("'")[1] if lines and lines[0].count("'") >= 2 else ""
+    where = f"{key} ({target})" if key and target else key or target or "instantiate"
+    cause = error.__cause__
+    what = str(cause) if cause is not None else " ".join(lines)
+    return f"{where}: {' '.join(what.split())}"
+
+
+# --------------------------------------------------------------------------- single keys
+
+
+def _select(cfg: DictConfig, key: str) -> Any:
+    try:
+        return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+    except MissingMandatoryValue:
+        raise ConfigError(f"{key} is required but not set (it is ???); give it on the command line: {key}=...") from None
+    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{key}: {first}") from None
+
+
+def value(cfg: DictConfig, key: str) -> Any:
+    """``cfg``'s value at the dotted ``key``; a missing or unset key is a :class:`ConfigError`."""
+    found = _select(cfg, key)
+    if found is _ABSENT:
+        raise ConfigError(f"{key} is missing from the config")
+    return found
+
+
+def check_int(cfg: DictConfig, key: str, minimum: int) -> int:
+    v = value(cfg, key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ConfigError(f"{key}={v!r}: must be an integer >= {minimum}")
+    return v
+
+
+def check_number(cfg: DictConfig, key: str, accept: Callable[[float], bool], accepted: str) -> float:
+    v = value(cfg, key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not accept(v):
+        raise ConfigError(f"{key}={v!r}: must be {accepted}")
+    return v
+
+
+def check_choice(cfg: DictConfig, key: str, choices: tuple) -> Any:
+    v = value(cfg, key)
+    if isinstance(v, bool) != isinstance(choices[0], bool) or v not in choices:
+        accepted = ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in choices)  # YAML spelling
+        raise ConfigError(f"{key}={v!r}: choose one of {accepted}")
+    return v
+
+
+def check_file(cfg: DictConfig, key: str) -> Path:
+    v = value(cfg, key)
+    path = Path(str(v))
+    if v in (None, "") or not path.is_file():
+        raise ConfigError(f"{key}={v}: no such file" + (" (it is a folder)" if v and path.is_dir() else ""))
+    return path
