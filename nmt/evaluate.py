@@ -1,20 +1,36 @@
-"""Scoring translations: sacreBLEU corpus BLEU and chrF on detokenized text (Post 2018), and the
-teacher-forced loss of a split.
+"""Scoring translations: sacreBLEU corpus BLEU and chrF on detokenized text (Post 2018), the
+teacher-forced loss of a split, and ``python -m nmt.evaluate``: several systems (hypothesis files
+or checkpoints) scored overall and by sentence length (:mod:`nmt.report`, :mod:`nmt.length_bins`),
+with paired significance, a BLEU-by-length plot, and attention maps and statistics
+(:mod:`nmt.alignment`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+import hydra
+import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
+from nmt.alignment import attention_stats
+from nmt.corpora import DataError, ParallelText, load_corpus, load_multi30k, read_lines
 from nmt.data import PairData
 from nmt.loss import sequence_loss
-from nmt.model import Seq2Seq
+from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
+from nmt.plotting import alignment_grid_figure
+from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
 from nmt.vocab import PAD_ID, Vocab
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,3 +84,173 @@ def translate_data(
 
 def perplexity(nll: float) -> float:
     return math.exp(min(nll, 50.0))
+
+
+# --------------------------------------------------------------------------- checkpoints and the CLI
+
+
+@dataclass
+class Decoded:
+    """A checkpoint's translations of a list of sources.
+
+    :ivar hypotheses: detokenized best hypotheses.
+    :ivar alignments: per sentence (T+1, S+1) attention weights (EOS rows/columns included), or
+        None when the model does not attend.
+    :ivar src_pieces: per sentence the source subwords plus ``</s>`` (heatmap labels).
+    :ivar tgt_pieces: per sentence the hypothesis subwords plus ``</s>``.
+    """
+
+    hypotheses: list[str]
+    alignments: list[np.ndarray] | None
+    src_pieces: list[list[str]]
+    tgt_pieces: list[list[str]]
+
+
+def decode_sources(
+    payload: dict, sources: list[str], settings: SearchSettings, batch_size: int, device: torch.device
+) -> Decoded:
+    """Translate ``sources`` with the model of a loaded checkpoint, keeping attention if it attends."""
+    model, src_vocab, tgt_vocab, _ = model_from_checkpoint(payload)
+    model.to(device)
+    attends = model.decoder.attention.has_alignment
+    src_ids = src_vocab.encode(sources)
+    best = [hyps[0] for hyps in translate_ids(model, src_ids, settings, batch_size, device, attends)]
+    return Decoded(
+        [tgt_vocab.decode(h.tokens) for h in best],
+        [h.attention.float().numpy() for h in best] if attends else None,
+        [src_vocab.pieces(ids) + ["</s>"] for ids in src_ids],
+        [tgt_vocab.pieces(h.tokens) + ["</s>"] for h in best],
+    )
+
+
+def default_split(data_cfg: DictConfig) -> str:
+    """The first test split of a corpus: ``data.test_splits[0]`` for Multi30k, else ``test``."""
+    return data_cfg.test_splits[0] if data_cfg.name == "multi30k" else "test"
+
+
+def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) -> ParallelText:
+    """Source and reference of ``split`` of the corpus a checkpoint was trained on.
+
+    :param split: a Multi30k split name, ``test``/``valid`` for synthetic and files corpora;
+        None = the first test split.
+    :param data_dir: Multi30k folder overriding ``data.dir``.
+    """
+    split = split or default_split(data_cfg)
+    if data_cfg.name == "multi30k":
+        return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir or data_cfg.dir,
+                             data_cfg.cache_dir)[split]  # fmt: skip
+    if split not in ("test", "valid"):
+        raise DataError(f"split={split!r}: a {data_cfg.name} corpus has the splits test and valid")
+    corpus = load_corpus(data_cfg)  # synthetic: regenerated from its seed; files: read
+    if split not in corpus:
+        raise DataError(f"the checkpoint's corpus has no {split} split (data.test_src is null)")
+    return corpus[split]
+
+
+def parse_named(items, what: str) -> dict[str, str]:
+    """``[name:PATH, ...]`` (or one bare PATH) -> {name: path}; a bare path is named by its stem."""
+    if items is None:
+        return {}
+    items = [items] if isinstance(items, str) else list(items)
+    named = {}
+    for item in items:
+        name, sep, path = str(item).partition(":")
+        if not sep or "/" in name or not name:
+            name, path = Path(str(item)).stem, str(item)
+        if name in named:
+            raise ValueError(f"{what}: the name {name!r} is used twice; write {what}=[name1:PATH,name2:PATH]")
+        named[name] = path
+    return named
+
+
+def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:
+    """The line numbers to draw: ``chosen`` if given, else ``count`` random ones (seeded), sorted."""
+    if chosen:
+        bad = [i for i in chosen if not 0 <= int(i) < total]
+        if bad:
+            raise ValueError(f"alignments.sentences {bad} out of range: there are {total} sentences")
+        return [int(i) for i in chosen]
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(total, size=min(count, total), replace=False))
+
+
+def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelText, str | None]:
+    """The sources and references: ``src``/``ref`` files (split None), else the checkpoints' split
+    (``split``, or their first test split) and its name."""
+    split = None
+    if (cfg.src is None) != (cfg.ref is None):
+        raise ValueError("give both src=FILE and ref=FILE (or neither, with ckpt=... split=...)")
+    if cfg.src is not None:
+        text = ParallelText(read_lines(cfg.src), read_lines(cfg.ref), str(cfg.src), str(cfg.ref))
+    elif payloads:
+        data_cfgs = [OmegaConf.create(p["config"]).data for p in payloads.values()]
+        split = cfg.split or default_split(data_cfgs[0])
+        texts = [split_text(data_cfg, split, cfg.data_dir) for data_cfg in data_cfgs]
+        if any(t.src != texts[0].src or t.tgt != texts[0].tgt for t in texts[1:]):
+            raise DataError(f"the checkpoints' {split} splits differ; give src= and ref= instead")
+        text = texts[0]
+    else:
+        raise ValueError("give src=FILE ref=FILE hyps=[name:FILE,...], or ckpt=PATH (split=NAME)")
+    if len(text.src) != len(text.tgt):
+        raise DataError(f"{text.src_path} has {len(text.src)} lines but {text.tgt_path} has {len(text.tgt)}")
+    return text, split
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Everything ``python -m nmt.evaluate`` does; returns the report written to ``eval.json``."""
+    out_dir = Path(cfg.out_dir)
+    set_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    checkpoints = parse_named(cfg.ckpt, "ckpt")
+    payloads = {name: load_checkpoint(path, device) for name, path in checkpoints.items()}
+    text, split = load_test_set(cfg, payloads)
+    hyp_files = parse_named(cfg.hyps, "hyps")
+    systems = {name: read_lines(path) for name, path in hyp_files.items()}
+    decoded = {}
+    for name, payload in payloads.items():
+        if name in systems:
+            raise ValueError(f"system name {name!r} is both in hyps and ckpt")
+        log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
+        decoded[name] = decode_sources(payload, text.src, SearchSettings(**cfg.search), cfg.batch_size, device)
+        systems[name] = decoded[name].hypotheses
+        hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
+        atomic_write_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
+    if not systems:
+        raise ValueError("no systems: give hyps=[name:FILE,...] or ckpt=PATH")
+    settings = LengthSettings(
+        bins=cfg.bins if isinstance(cfg.bins, str) else tuple(cfg.bins), bin_by=cfg.bin_by,
+        min_count=cfg.min_count, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed, significance=cfg.significance,
+        significance_samples=cfg.significance_samples, variants=tuple(cfg.variants),
+    )  # fmt: skip
+    report = {"src": text.src_path, "ref": text.tgt_path, "split": split,
+              **score_systems(text.src, text.tgt, systems, settings)}  # fmt: skip
+    figures = {"bleu_by_length": length_figure(report, title=split or Path(text.src_path).name)}
+    picked = pick_sentences(list(cfg.alignments.sentences), cfg.alignments.num, len(text.src), cfg.seed)
+    for name, system in report["systems"].items():
+        system["hypotheses"], system["checkpoint"], system["attention"] = hyp_files[name], checkpoints.get(name), None
+        result = decoded.get(name)
+        if result is None or result.alignments is None:
+            continue
+        system["attention"] = attention_stats(result.alignments, cfg.alignments.band).to_dict()
+        panels = [(result.alignments[i], result.src_pieces[i], result.tgt_pieces[i],
+                   f"sentence {i} ({len(text.src[i].split())} words)") for i in picked]  # fmt: skip
+        if panels:
+            figures[f"alignments_{name}"] = alignment_grid_figure(panels, cfg.alignments.ncols, title=name)
+    write_outputs(report, out_dir, figures, cfg.tensorboard)
+    return report
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    try:
+        report = evaluate(cfg)
+    except (DataError, CheckpointError, ValueError) as e:
+        logging.getLogger("nmt").error("%s", e)
+        sys.exit(1)
+    print(format_report(report))  # the table is the command's output
+    log.info("wrote %s", Path(cfg.out_dir) / "eval.json")
+
+
+if __name__ == "__main__":
+    main()

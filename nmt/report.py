@@ -1,0 +1,215 @@
+"""The evaluation report of several systems on one test set: every number of ``eval.json``
+(corpus BLEU/chrF with signatures and intervals, BLEU variants, per-length-bin scores, paired
+p-values against the first system), the terminal table, and the BLEU-by-length figure.
+
+``eval.json`` (``nmt.evaluate`` adds ``src``, ``ref``, ``split`` and, per system, ``hypotheses``,
+``checkpoint`` and ``attention``, the statistics of :mod:`nmt.alignment` or null)::
+
+    num_sentences, bin_by ("source" | "reference"), bin_spec, edges, bin_labels, min_count,
+    n_bootstrap, seed,
+    significance: {test, baseline, signature} | null       (null with one system)
+    systems: {name: {
+        bleu, chrf, signature, chrf_signature, ci_low, ci_high,
+        p_value: {bleu, chrf} | null                         (null for the baseline)
+        variants: {"lowercase": {bleu, signature}, ...},
+        bins: [{lo, hi, count, bleu, chrf, ci_low, ci_high, flag, p_value}, ...]}}
+
+A bin's ``hi`` is null for the open last bin; an empty bin has ``count`` 0, null scores and
+``flag`` "empty"; a bin with fewer than ``min_count`` sentences is scored and flagged
+"few sentences"; ``p_value`` compares the bin's sentences with the baseline's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from sacrebleu.metrics import BLEU, CHRF
+from torch.utils.tensorboard import SummaryWriter
+
+from nmt.length_bins import (
+    assign_bins,
+    bin_edges,
+    bin_scores,
+    bleu_from_statistics,
+    bleu_statistics,
+    bootstrap_ci,
+    make_bins,
+    paired_test,
+    paired_test_by_bin,
+    word_lengths,
+)
+from nmt.plotting import bleu_by_length_figure, save_figure
+from nmt.utils import atomic_write_text
+
+
+@dataclass(frozen=True)
+class LengthSettings:
+    """How :func:`score_systems` bins and tests (the ``nmt.evaluate`` options of the same names).
+
+    :param bins: inner bin edges in words, or ``"quantile:K"``.
+    :param bin_by: ``source`` or ``reference``: whose length decides the bin.
+    :param min_count: bins with fewer sentences are flagged.
+    :param n_bootstrap: resamples for the 95% intervals (0: none).
+    :param seed: of the resampling.
+    :param significance: ``bs``, ``ar`` or ``none``.
+    :param significance_samples: resamples/trials of the paired test; 0 = sacreBLEU's default.
+    :param variants: extra BLEU variants (see :func:`bleu_variant`).
+    """
+
+    bins: tuple[int, ...] | str = (10, 15, 20, 25)
+    bin_by: str = "source"
+    min_count: int = 30
+    n_bootstrap: int = 1000
+    seed: int = 12345
+    significance: str = "bs"
+    significance_samples: int = 0
+    variants: tuple[str, ...] = ()
+
+
+def bleu_variant(name: str) -> BLEU:
+    """``lowercase``, ``tok:NAME`` or ``lowercase+tok:NAME`` -> a configured sacreBLEU BLEU."""
+    kwargs: dict = {}
+    for part in name.split("+"):
+        if part == "lowercase":
+            kwargs["lowercase"] = True
+        elif part.startswith("tok:") and len(part) > 4:
+            kwargs["tokenize"] = part[4:]
+        else:
+            raise ValueError(f"BLEU variant {name!r}: use lowercase, tok:NAME or lowercase+tok:NAME")
+    return BLEU(**kwargs)
+
+
+def score_systems(
+    sources: list[str], references: list[str], systems: dict[str, list[str]], settings: LengthSettings
+) -> dict:
+    """Every number of ``eval.json``: per system BLEU, chrF, signatures, an overall interval,
+    variants, per-bin scores and (against the first system) paired p-values.
+
+    :param systems: name -> detokenized hypotheses, line i translating ``sources[i]``; the first
+        system is the baseline of the paired tests.
+    """
+    for name, hyps in systems.items():
+        if len(hyps) != len(references) or len(sources) != len(references):
+            raise ValueError(f"system {name}: {len(hyps)} lines for {len(references)} references")
+    if settings.bin_by not in ("source", "reference"):
+        raise ValueError(f"bin_by={settings.bin_by!r}: choose source or reference")
+    lengths = word_lengths(sources if settings.bin_by == "source" else references)
+    spec = settings.bins if isinstance(settings.bins, str) else list(settings.bins)
+    edges = bin_edges(spec, lengths)
+    bins = make_bins(edges)
+    bin_ids = assign_bins(lengths, edges)
+    test = settings.significance
+    p_values, p_by_bin, test_signature = {}, {}, ""
+    if test != "none":
+        p_values, test_signature = paired_test(systems, references, test, settings.significance_samples)
+        p_by_bin = paired_test_by_bin(systems, references, bin_ids, len(bins), test, settings.significance_samples)
+    report_systems = {}
+    for name, hyps in systems.items():
+        bleu, chrf = BLEU(), CHRF()
+        stats = bleu_statistics(bleu, hyps, references)  # (N, C)
+        low, high = bootstrap_ci(bleu, stats, settings.n_bootstrap, np.random.default_rng([settings.seed, 0]))
+        per_bin = bin_scores(hyps, references, bin_ids, bins, settings.min_count, settings.n_bootstrap, settings.seed)
+        for b, score in enumerate(per_bin):
+            score.p_value = p_by_bin[name][b] if name in p_by_bin else None
+        report_systems[name] = {
+            "bleu": bleu_from_statistics(bleu, stats.sum(axis=0)),
+            "chrf": chrf.corpus_score(hyps, [references]).score,
+            "signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()),
+            "ci_low": low,
+            "ci_high": high,
+            "p_value": p_values.get(name),  # {"bleu": p, "chrf": p} against the baseline
+            "variants": {v: _variant_score(v, hyps, references) for v in settings.variants},
+            "bins": [asdict(s) for s in per_bin],
+        }
+    return {
+        "num_sentences": len(references),
+        "bin_by": settings.bin_by,
+        "bin_spec": spec,
+        "edges": edges,
+        "bin_labels": [b.label for b in bins],
+        "min_count": settings.min_count,
+        "n_bootstrap": settings.n_bootstrap,
+        "seed": settings.seed,
+        "significance": {"test": test, "baseline": next(iter(systems)), "signature": test_signature}
+        if test_signature
+        else None,  # None with one system or significance=none
+        "systems": report_systems,
+    }
+
+
+def _variant_score(variant: str, hypotheses: list[str], references: list[str]) -> dict:
+    metric = bleu_variant(variant)
+    return {"bleu": metric.corpus_score(hypotheses, [references]).score, "signature": str(metric.get_signature())}
+
+
+def format_report(report: dict) -> str:
+    """The terminal table: a row per length bin, a column per system, BLEU [95% interval]."""
+    names = list(report["systems"])
+    systems = [report["systems"][n] for n in names]
+    width = max(24, *(len(n) + 2 for n in names))
+    baseline = report["significance"]["baseline"] if report["significance"] else None
+
+    def cell(bleu, low, high, p_value) -> str:
+        if bleu is None:
+            return "-".ljust(width)
+        text = f"{bleu:5.2f}" + (f" [{low:5.2f}, {high:5.2f}]" if low is not None else "")
+        return (text + (" *" if p_value is not None and p_value < 0.05 else "")).ljust(width)
+
+    lines = [
+        f"corpus BLEU by {report['bin_by']} length (words), [95% bootstrap interval]",
+        f"{'bin':<8}{'n':>6}  " + "".join(n.ljust(width) for n in names),
+    ]
+    for b, label in enumerate(report["bin_labels"]):
+        first = systems[0]["bins"][b]
+        mark = "!" if first["flag"] else " "
+        row = "".join(cell(s["bins"][b]["bleu"], s["bins"][b]["ci_low"], s["bins"][b]["ci_high"],
+                           s["bins"][b]["p_value"]) for s in systems)  # fmt: skip
+        lines.append(f"{label:<8}{first['count']:>6}{mark} {row}")
+    overall = "".join(cell(s["bleu"], s["ci_low"], s["ci_high"], (s["p_value"] or {}).get("bleu")) for s in systems)
+    lines.append(f"{'all':<8}{report['num_sentences']:>6}  {overall}")
+    chrf = "".join(cell(s["chrf"], None, None, (s["p_value"] or {}).get("chrf")) for s in systems)
+    lines.append(f"{'chrF':<8}{'':>6}  {chrf}")
+    for variant in systems[0]["variants"]:
+        row = "".join(cell(s["variants"][variant]["bleu"], None, None, None) for s in systems)
+        lines.append(f"{variant:<14}  {row}")
+    notes = [f"! fewer than {report['min_count']} sentences (or none)"]
+    if baseline is not None:
+        notes.append(f"* p < 0.05 against {baseline} (paired {report['significance']['test']})")
+    lines.append("   ".join(notes))
+    lines.append(f"BLEU: {systems[0]['signature']}")
+    lines.append(f"chrF: {systems[0]['chrf_signature']}")
+    for variant, values in systems[0]["variants"].items():
+        lines.append(f"BLEU ({variant}): {values['signature']}")
+    if baseline is not None:
+        lines.append(f"paired test: {report['significance']['signature']}")
+    return "\n".join(lines)
+
+
+def length_figure(report: dict, title: str = "") -> Figure:
+    """BLEU against length for every system of a report (see :func:`nmt.plotting.bleu_by_length_figure`)."""
+    nan = lambda x: float("nan") if x is None else x  # noqa: E731
+    systems = {
+        name: np.array([[nan(b["bleu"]), nan(b["ci_low"]), nan(b["ci_high"])] for b in s["bins"]])  # (B, 3)
+        for name, s in report["systems"].items()
+    }
+    counts = [b["count"] for b in next(iter(report["systems"].values()))["bins"]]
+    return bleu_by_length_figure(report["bin_labels"], counts, systems, report["min_count"],
+                                 xlabel=f"{report['bin_by']} length (words)", title=title)  # fmt: skip
+
+
+def write_outputs(report: dict, out_dir: Path, figures: dict[str, Figure], tensorboard: str | None) -> None:
+    """``eval.json`` and the figures (``<name>.png``) into ``out_dir``; figures into TensorBoard too."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "eval.json", json.dumps(report, indent=2) + "\n")
+    writer = SummaryWriter(tensorboard) if tensorboard else None
+    for name, fig in figures.items():
+        if writer is not None:
+            writer.add_figure(f"evaluate/{name}", fig, close=False)
+        save_figure(fig, out_dir / f"{name}.png")
+    if writer is not None:
+        writer.close()

@@ -1,0 +1,401 @@
+"""Scoring by length (nmt.length_bins), the report (nmt.report), attention statistics
+(nmt.alignment) and ``python -m nmt.evaluate`` on files and on checkpoints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from sacrebleu.metrics import BLEU, CHRF
+
+from nmt.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
+from nmt.corpora import load_corpus
+from nmt.evaluate import evaluate, parse_named, pick_sentences
+from nmt.length_bins import (
+    EMPTY,
+    FEW_SENTENCES,
+    LengthBin,
+    assign_bins,
+    bin_edges,
+    bin_scores,
+    bleu_from_statistics,
+    bleu_statistics,
+    bootstrap_ci,
+    make_bins,
+    paired_test,
+    paired_test_by_bin,
+    word_lengths,
+)
+from nmt.model import build_model, save_checkpoint
+from nmt.report import LengthSettings, bleu_variant, format_report, score_systems
+from nmt.vocab import VocabSettings, build_vocabs
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+WORDS = ["the", "dog", "runs", "a", "cat", "sleeps", "on", "red", "mat", "Big", "house", "near", "river"]
+
+
+def toy_test_set(count: int, seed: int, max_words: int = 40) -> tuple[list[str], list[str], list[str]]:
+    """Sources, references and a noisy hypothesis (some words replaced, some dropped)."""
+    rng = np.random.default_rng(seed)
+    sources, references, hypotheses = [], [], []
+    for length in rng.integers(1, max_words + 1, size=count):
+        words = [str(w) for w in rng.choice(WORDS, size=int(length))]
+        sources.append(" ".join(words))
+        references.append(" ".join(w.upper() for w in words) + ".")
+        hyp = [str(rng.choice(WORDS)).upper() if rng.random() < 0.3 else w.upper() for w in words]
+        hyp = [w for w in hyp if rng.random() > 0.1]
+        hypotheses.append(" ".join(hyp) + ".")
+    return sources, references, hypotheses
+
+
+# --------------------------------------------------------------------------- bins
+
+
+def test_bins_are_lo_inclusive_hi_exclusive() -> None:
+    edges = [10, 15, 20, 25]
+    lengths = np.array([0, 1, 9, 10, 14, 15, 19, 20, 24, 25, 26, 100])
+    assert assign_bins(lengths, edges).tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
+    bins = make_bins(edges)
+    assert [(b.lo, b.hi) for b in bins] == [(0, 10), (10, 15), (15, 20), (20, 25), (25, None)]
+    assert [b.label for b in bins] == ["<10", "10-14", "15-19", "20-24", "25+"]
+    assert LengthBin(7, 8).label == "7"
+    for b, length_bin in zip(assign_bins(lengths, edges), [bins[i] for i in assign_bins(lengths, edges)]):
+        assert length_bin is bins[b]
+    for length, b in zip(lengths, assign_bins(lengths, edges)):
+        assert bins[b].lo <= length and (bins[b].hi is None or length < bins[b].hi)
+
+
+def test_no_edges_is_one_open_bin() -> None:
+    assert [(b.lo, b.hi) for b in make_bins([])] == [(0, None)]
+    assert assign_bins(np.array([0, 5, 500]), []).tolist() == [0, 0, 0]
+
+
+def test_word_lengths_split_on_whitespace() -> None:
+    assert word_lengths(["a b  c", "", " one ", "x\ty"]).tolist() == [3, 0, 1, 2]
+
+
+@pytest.mark.parametrize("spec", [[10, 10], [0, 5], [15, 10], [-1], "quantile:0", "quantiles:3", "quantile", "5"])
+def test_bad_bin_specs_are_refused(spec) -> None:
+    with pytest.raises(ValueError, match="bins="):
+        bin_edges(spec, np.arange(1, 50))
+
+
+def test_quantile_bins_have_about_equal_counts() -> None:
+    lengths = np.arange(1, 101)
+    edges = bin_edges("quantile:4", lengths)
+    assert edges == [26, 51, 76]
+    assert np.bincount(assign_bins(lengths, edges)).tolist() == [25, 25, 25, 25]
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 60, size=997)
+    counts = np.bincount(assign_bins(lengths, bin_edges("quantile:5", lengths)))
+    assert len(counts) == 5 and counts.min() > 0.7 * 997 / 5
+
+
+def test_quantile_bins_collapse_on_tied_lengths() -> None:
+    assert bin_edges("quantile:5", np.full(30, 7)) == []  # one bin, never an empty one below the minimum
+    assert bin_edges("quantile:3", np.array([], dtype=int)) == []
+
+
+# --------------------------------------------------------------------------- BLEU from statistics
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_summed_statistics_give_sacrebleu_corpus_bleu(seed: int) -> None:
+    _, refs, hyps = toy_test_set(120, seed)
+    bleu = BLEU()
+    stats = bleu_statistics(bleu, hyps, refs)
+    assert stats.shape == (120, 10) and stats.dtype == np.int64
+    assert bleu_from_statistics(bleu, stats.sum(axis=0)) == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        subset = rng.choice(120, size=int(rng.integers(1, 120)), replace=False)
+        expected = BLEU().corpus_score([hyps[i] for i in subset], [[refs[i] for i in subset]]).score
+        assert bleu_from_statistics(bleu, stats[subset].sum(axis=0)) == pytest.approx(expected, abs=1e-9)
+
+
+def test_bin_bleu_is_sacrebleu_corpus_bleu_of_the_bin() -> None:
+    sources, refs, hyps = toy_test_set(300, seed=3)
+    edges = [10, 15, 20, 25]
+    bin_ids = assign_bins(word_lengths(sources), edges)
+    scores = bin_scores(hyps, refs, bin_ids, make_bins(edges), min_count=30, n_bootstrap=50, seed=0)
+    assert sum(s.count for s in scores) == len(sources)
+    for b, score in enumerate(scores):
+        members = np.flatnonzero(bin_ids == b)
+        assert score.count == len(members) > 0
+        sub_hyps, sub_refs = [hyps[i] for i in members], [[refs[i] for i in members]]
+        assert score.bleu == pytest.approx(BLEU().corpus_score(sub_hyps, sub_refs).score, abs=1e-9)
+        assert score.chrf == pytest.approx(CHRF().corpus_score(sub_hyps, sub_refs).score, abs=1e-9)
+        assert score.ci_low <= score.bleu <= score.ci_high
+        mean_sentence_bleu = np.mean([BLEU(effective_order=True).sentence_score(h, [r]).score
+                                      for h, r in zip(sub_hyps, sub_refs[0])])  # fmt: skip
+        assert score.bleu != pytest.approx(mean_sentence_bleu)  # corpus BLEU, not an average
+
+
+def test_empty_and_small_bins_are_reported_and_flagged() -> None:
+    sources = ["a " * 3, "a " * 4, "a " * 30, "a " * 31, "a " * 32] + ["a " * 12] * 40
+    refs = [s.strip().upper() for s in sources]
+    edges = [10, 15, 20, 25]
+    bin_ids = assign_bins(word_lengths(sources), edges)
+    scores = bin_scores(refs, refs, bin_ids, make_bins(edges), min_count=30, n_bootstrap=20, seed=0)
+    assert [s.count for s in scores] == [2, 40, 0, 0, 3]
+    assert [s.flag for s in scores] == [FEW_SENTENCES, None, EMPTY, EMPTY, FEW_SENTENCES]
+    for empty in scores[2:4]:
+        assert empty.bleu is None and empty.chrf is None and empty.ci_low is None and empty.ci_high is None
+    assert scores[1].bleu == pytest.approx(100.0)
+    assert scores[4].hi is None and scores[4].lo == 25
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_score() -> None:
+    _, refs, hyps = toy_test_set(200, seed=4)
+    bleu = BLEU()
+    stats = bleu_statistics(bleu, hyps, refs)
+    score = bleu_from_statistics(bleu, stats.sum(axis=0))
+    first = bootstrap_ci(bleu, stats, 200, np.random.default_rng(7))
+    assert first == bootstrap_ci(bleu, stats, 200, np.random.default_rng(7))
+    assert first[0] < score < first[1]
+    assert first[1] - first[0] < 15  # 200 sentences: a few BLEU wide, not degenerate
+    assert bootstrap_ci(bleu, stats[:0], 200, np.random.default_rng(7)) == (None, None)
+    assert bootstrap_ci(bleu, stats, 0, np.random.default_rng(7)) == (None, None)
+
+
+def test_paired_test_finds_a_clearly_better_system() -> None:
+    sources, refs, hyps = toy_test_set(150, seed=5)
+    better = [r if i % 4 else h for i, (h, r) in enumerate(zip(hyps, refs))]  # 3/4 perfect
+    systems = {"noisy": hyps, "better": better}
+    p_values, signature = paired_test(systems, refs, "bs", 200)
+    assert set(p_values) == {"better"} and p_values["better"]["bleu"] < 0.05 and p_values["better"]["chrf"] < 0.05
+    assert "bs:200" in signature
+    edges = [10, 20, 30, 100]
+    bin_ids = assign_bins(word_lengths(sources), edges)
+    by_bin = paired_test_by_bin(systems, refs, bin_ids, len(edges) + 1, "ar", 200)
+    assert len(by_bin["better"]) == 5
+    assert by_bin["better"][-1] is None  # no sentence has 100+ words
+    assert all(p is not None and 0 < p <= 1 for p in by_bin["better"][:3])
+    with pytest.raises(ValueError, match="significance"):
+        paired_test(systems, refs, "t-test", 10)
+
+
+def test_bleu_variants_are_configured_and_labelled() -> None:
+    def signature(name: str) -> str:
+        metric = bleu_variant(name)
+        metric.corpus_score(["A b."], [["a b."]])
+        return str(metric.get_signature())
+
+    assert "case:lc" in signature("lowercase") and "tok:13a" in signature("lowercase")
+    assert "tok:intl" in signature("tok:intl") and "case:mixed" in signature("tok:intl")
+    assert "case:lc" in signature("lowercase+tok:none") and "tok:none" in signature("lowercase+tok:none")
+    assert bleu_variant("lowercase").corpus_score(["A B C D"], [["a b c d"]]).score == pytest.approx(100)
+    with pytest.raises(ValueError, match="variant"):
+        bleu_variant("uppercase")
+
+
+# --------------------------------------------------------------------------- the report
+
+
+BIN_KEYS = {"lo", "hi", "count", "bleu", "chrf", "ci_low", "ci_high", "flag", "p_value"}
+
+
+def check_report_schema(report: dict, num_sentences: int, systems: list[str]) -> None:
+    """The documented eval.json layout, and that it is plain JSON."""
+    assert json.loads(json.dumps(report)) == report
+    assert report["num_sentences"] == num_sentences
+    assert list(report["systems"]) == systems
+    num_bins = len(report["edges"]) + 1
+    assert len(report["bin_labels"]) == num_bins
+    for name, system in report["systems"].items():
+        for key in ("bleu", "chrf", "ci_low", "ci_high"):
+            assert isinstance(system[key], float), (name, key)
+        assert system["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+        assert system["chrf_signature"].startswith("nrefs:1|")
+        assert len(system["bins"]) == num_bins
+        assert sum(b["count"] for b in system["bins"]) == num_sentences
+        los = [b["lo"] for b in system["bins"]]
+        assert los == [0, *report["edges"]]
+        assert [b["hi"] for b in system["bins"]] == [*report["edges"], None]
+        for b in system["bins"]:
+            assert set(b) == BIN_KEYS
+            if b["count"] == 0:
+                assert b["bleu"] is None and b["flag"] == EMPTY
+            else:
+                assert 0 <= b["bleu"] <= 100 + 1e-9 and b["ci_low"] - 1e-9 <= b["bleu"] <= b["ci_high"] + 1e-9
+
+
+def test_score_systems_report(tmp_path: Path) -> None:
+    sources, refs, hyps = toy_test_set(120, seed=6, max_words=22)
+    systems = {"base": hyps, "oracle": refs}
+    settings = LengthSettings(bins=(5, 10, 25, 30), min_count=30, n_bootstrap=100, variants=("lowercase",))
+    report = score_systems(sources, refs, systems, settings)
+    check_report_schema(report, 120, ["base", "oracle"])
+    oracle = report["systems"]["oracle"]
+    assert oracle["bleu"] == pytest.approx(100.0) and oracle["p_value"]["bleu"] < 0.05
+    assert report["systems"]["base"]["p_value"] is None  # the baseline
+    assert [b["count"] for b in oracle["bins"]][-2:] == [0, 0]  # sentences have at most 22 words
+    assert report["significance"]["baseline"] == "base" and "bs:1000" in report["significance"]["signature"]
+    assert "case:lc" in oracle["variants"]["lowercase"]["signature"]
+    table = format_report(report)
+    assert "25-29" in table and "30+" in table and "nrefs:1|case:mixed" in table and "case:lc" in table
+    rows = {line.split()[0]: line for line in table.splitlines() if line.split()}
+    assert "!" in rows["25-29"] and " - " in rows["25-29"]  # empty: flagged, no score
+    by_reference = score_systems(sources, refs, systems, LengthSettings(bins="quantile:3", bin_by="reference",
+                                                                       n_bootstrap=0, significance="none"))  # fmt: skip
+    assert by_reference["bin_by"] == "reference" and by_reference["significance"] is None
+    assert len(by_reference["edges"]) == 2 and by_reference["systems"]["base"]["ci_low"] is None
+
+
+def test_score_systems_refuses_mismatched_lengths() -> None:
+    sources, refs, hyps = toy_test_set(20, seed=7)
+    with pytest.raises(ValueError, match="system short"):
+        score_systems(sources, refs, {"short": hyps[:-1]}, LengthSettings())
+    with pytest.raises(ValueError, match="bin_by"):
+        score_systems(sources, refs, {"a": hyps}, LengthSettings(bin_by="target"))
+
+
+# --------------------------------------------------------------------------- attention statistics
+
+
+def test_attention_statistics_of_known_alignments() -> None:
+    identity = np.eye(20)
+    uniform = np.full((20, 20), 1 / 20)
+    anti = np.eye(20)[::-1]
+    assert row_entropy(identity) == pytest.approx(np.zeros(20))
+    assert row_entropy(uniform) == pytest.approx(np.full(20, np.log(20)))
+    assert diagonal_mass(identity, 0.1) == pytest.approx(np.ones(20))
+    assert diagonal_band(20, 20, 0.1)[10].sum() == 5  # the diagonal cell and two neighbours each side
+    assert diagonal_mass(uniform, 0.1)[10] == pytest.approx(5 / 20)
+    assert diagonal_mass(anti, 0.1).mean() == pytest.approx(2 / 20)  # only the two central rows
+    stats = attention_stats([identity, uniform, np.eye(40, 10).repeat(1, axis=0)[:10]], band=0.1)
+    assert stats.num_sentences == 3 and stats.num_rows == 50
+    assert 0 < stats.mean_normalized_entropy < 1 and 0 < stats.diagonal_mass <= 1
+    assert attention_stats([], 0.1).num_rows == 0
+    # the band is relative: a 10 x 40 alignment along its (stretched) diagonal stays inside it
+    stretched = np.zeros((10, 40))
+    stretched[np.arange(10), np.arange(10) * 4 + 1] = 1.0
+    assert diagonal_mass(stretched, 0.1) == pytest.approx(np.ones(10))
+
+
+def test_parse_named_and_pick_sentences() -> None:
+    assert parse_named(["a:x.txt", "b:dir/y.txt"], "hyps") == {"a": "x.txt", "b": "dir/y.txt"}
+    assert parse_named("runs/x/best.pt", "ckpt") == {"best": "runs/x/best.pt"}
+    assert parse_named(None, "ckpt") == {}
+    with pytest.raises(ValueError, match="twice"):
+        parse_named(["a:x", "a:y"], "hyps")
+    assert pick_sentences([3, 1], 6, 10, seed=0) == [3, 1]
+    picked = pick_sentences([], 6, 10, seed=0)
+    assert picked == sorted(set(picked)) and len(picked) == 6 and picked == pick_sentences([], 6, 10, seed=0)
+    assert pick_sentences([], 6, 4, seed=0) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="out of range"):
+        pick_sentences([10], 6, 10, seed=0)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_cli_scores_hypothesis_files(tmp_path: Path) -> None:
+    sources, refs, hyps = toy_test_set(80, seed=8, max_words=30)
+    src, ref = write(tmp_path / "test.src", sources), write(tmp_path / "test.ref", refs)
+    hyp1, hyp2 = write(tmp_path / "noattn.txt", hyps), write(tmp_path / "attn.txt", refs[:40] + hyps[40:])
+    out = tmp_path / "eval"
+    result = subprocess.run(
+        [sys.executable, "-m", "nmt.evaluate", f"src={src}", f"ref={ref}", f"hyps=[noattn:{hyp1},attn:{hyp2}]",
+         f"out_dir={out}", "n_bootstrap=100", "significance_samples=100", f"tensorboard={tmp_path / 'tb'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "eval.json").read_text())
+    check_report_schema(report, 80, ["noattn", "attn"])
+    assert report["edges"] == [10, 15, 20, 25] and report["src"] == str(src)
+    assert report["systems"]["noattn"]["hypotheses"] == str(hyp1)
+    assert report["systems"]["attn"]["attention"] is None
+    assert "BLEU: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout and "25+" in result.stdout
+    assert (out / "bleu_by_length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    # Hydra leaves no outputs/, .hydra/ or log file behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.txt", "eval", "noattn.txt", "tb", "test.ref", "test.src"]
+
+
+def test_cli_reports_bad_input_without_traceback(tmp_path: Path) -> None:
+    src = write(tmp_path / "s", ["a b", "c"])
+    ref = write(tmp_path / "r", ["A B", "C"])
+    hyp = write(tmp_path / "h", ["A B"])
+    result = subprocess.run(
+        [sys.executable, "-m", "nmt.evaluate", f"src={src}", f"ref={ref}", f"hyps=[h:{hyp}]", f"out_dir={tmp_path}/o"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and "system h: 1 lines for 2 references" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def synthetic_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Untrained tiny models (with and without attention) saved as checkpoints of a small
+    synthetic corpus; evaluation must work whatever they translate."""
+    folder = tmp_path_factory.mktemp("ckpts")
+    paths = {}
+    for attention in ("none", "bahdanau"):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=[
+                "experiment=smoke", f"model/attention={attention}", f"data.cache_dir={folder / 'cache'}",
+                "data.test_size=30", "data.max_words=30",
+            ])  # fmt: skip
+        corpus = load_corpus(cfg.data)
+        src_vocab, tgt_vocab = build_vocabs(corpus["train"].src, corpus["train"].tgt,
+                                            VocabSettings(**cfg.data.vocab), folder / "spm")  # fmt: skip
+        torch.manual_seed(0)
+        model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+        paths[attention] = folder / f"{attention}.pt"
+        save_checkpoint(paths[attention], model, cfg, src_vocab, tgt_vocab)
+    return paths
+
+
+def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[
+            f"ckpt=[none:{synthetic_checkpoints['none']},bahdanau:{synthetic_checkpoints['bahdanau']}]",
+            "split=test", f"out_dir={tmp_path / 'out'}", "bins=quantile:3", "n_bootstrap=50",
+            "significance=ar", "significance_samples=50", "search.beam_size=2", "alignments.num=4", "threads=1",
+        ])  # fmt: skip
+    report = evaluate(cfg)
+    check_report_schema(report, 30, ["none", "bahdanau"])
+    assert report["split"] == "test" and report["significance"]["test"] == "ar"
+    assert report["systems"]["none"]["attention"] is None
+    stats = report["systems"]["bahdanau"]["attention"]
+    assert stats["num_sentences"] == 30 and stats["band"] == 0.1
+    assert stats["mean_entropy"] >= 0 and 0 <= stats["mean_normalized_entropy"] <= 1 + 1e-6
+    assert 0 <= stats["diagonal_mass"] <= 1
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("*.png")) == ["alignments_bahdanau.png", "bleu_by_length.png"]
+    for name in ("none", "bahdanau"):
+        hyp_file = Path(report["systems"][name]["hypotheses"])
+        assert hyp_file.parent == out / "hypotheses" and len(hyp_file.read_text().splitlines()) == 30
+        assert report["systems"][name]["checkpoint"] == str(synthetic_checkpoints[name])
+
+
+def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    sources = ["poto bolo", "mepu", "a b c d"]
+    src, ref = write(tmp_path / "s.txt", sources), write(tmp_path / "r.txt", ["X Y", "Z", "A B C D"])
+    hyp = write(tmp_path / "h.txt", ["X Y", "Z", "A B"])
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[
+            f"src={src}", f"ref={ref}", f"hyps=[file:{hyp}]", f"ckpt={synthetic_checkpoints['bahdanau']}",
+            f"out_dir={tmp_path / 'out'}", "alignments.sentences=[2]", "n_bootstrap=10", "significance=none",
+        ])  # fmt: skip
+    report = evaluate(cfg)
+    assert list(report["systems"]) == ["file", "bahdanau"] and report["split"] is None
+    assert report["systems"]["bahdanau"]["attention"]["num_sentences"] == 3
+    assert (tmp_path / "out" / "alignments_bahdanau.png").is_file()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        bad = compose("evaluate", overrides=[f"ckpt={synthetic_checkpoints['none']}", "split=train",
+                                             f"out_dir={tmp_path / 'bad'}"])  # fmt: skip
+    with pytest.raises(ValueError, match="split='train'"):
+        evaluate(bad)
