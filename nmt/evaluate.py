@@ -22,13 +22,12 @@ from sacrebleu.metrics import BLEU, CHRF
 from nmt.alignment import attention_stats
 from nmt.corpora import DataError, ParallelText, load_corpus, load_multi30k, read_lines
 from nmt.data import PairData
-from nmt.loss import sequence_loss
 from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import Hypothesis, SearchSettings, translate_ids
 from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
-from nmt.vocab import PAD_ID, Vocab
+from nmt.vocab import Vocab
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +59,8 @@ def teacher_forced_nll(model: Seq2Seq, data: PairData, max_tokens: int, device: 
     total, tokens = 0.0, 0
     for indices in data.token_batches(max_tokens, shuffle=False):
         batch = data.collate(indices).to(device)
-        logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-        _, nll, count = sequence_loss(logits, batch.tgt_out, PAD_ID, 0.0)
-        total, tokens = total + float(nll), tokens + count
+        _, nll = model.loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, 0.0)  # fused, real tokens only
+        total, tokens = total + float(nll), tokens + batch.num_tgt_tokens
     return total / max(tokens, 1), tokens
 
 
