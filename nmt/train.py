@@ -325,18 +325,20 @@ def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, step: int, ru
     writer.add_scalar("valid/bleu", scores.bleu, step)
     writer.add_scalar("valid/chrf", scores.chrf, step)
     if model.decoder.attention.has_alignment:
-        _log_heatmaps(model, valid, data, cfg.train.num_heatmaps, writer, step, device)
+        _log_heatmaps(model, valid, data, settings, cfg.train.num_heatmaps, writer, step, device)
     log.info("validation at update %d: loss %.4f, ppl %.2f, BLEU %.2f, chrF %.2f (%.1fs) [%s]",
              step, nll, perplexity(nll), scores.bleu, scores.chrf, time.perf_counter() - start,
              scores.bleu_signature)  # fmt: skip
     return scores.bleu
 
 
-def _log_heatmaps(model, valid: PairData, data: Splits, count: int, writer, step: int, device) -> None:
+def _log_heatmaps(model, valid: PairData, data: Splits, settings, count: int, writer, step: int, device) -> None:
     """Greedy alignments of the first ``count`` validation sentences, as TensorBoard figures."""
     for i in range(min(count, len(valid))):
         batch = valid.collate(np.array([i])).to(device)
-        (hyp,) = greedy_search(model, batch.src, batch.src_lens, 1.5, 10, return_attention=True)[0]
+        (hyp,) = greedy_search(
+            model, batch.src, batch.src_lens, settings.max_len_a, settings.max_len_b, return_attention=True
+        )[0]
         src_labels = data.src_vocab.pieces(valid.src_ids[i]) + ["</s>"]
         tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
         fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")

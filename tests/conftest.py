@@ -8,6 +8,7 @@ Tests never touch the network: ``urllib.request.urlopen`` is replaced for every 
 from __future__ import annotations
 
 import functools
+import logging
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -206,8 +207,6 @@ class SmokeRun:
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """``experiment=smoke`` trained once per session, in-process (~15 s on two cores)."""
-    import logging
-
     from nmt.corpora import load_corpus
     from nmt.train import train
 
@@ -227,3 +226,17 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
         torch.set_num_threads(threads)
     test = load_corpus(cfg.data)["test"]
     return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
+
+
+@pytest.fixture
+def in_process():
+    """``train``/``translate`` add handlers to the root logger and set torch's threads: undo both."""
+    root = logging.getLogger()
+    before, level, threads = list(root.handlers), root.level, torch.get_num_threads()
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+    torch.set_num_threads(threads)

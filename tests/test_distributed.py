@@ -13,7 +13,6 @@ gloo and two processes on the loopback interface:
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -255,20 +254,6 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TorchrunRun:
               "train.keep_checkpoints=1"]  # fmt: skip
     output = _torchrun([*shared, "train.max_steps=4", "train.eval_every=2"], root / "run", root / "run.out")
     return TorchrunRun(root / "run", corpus, shared, output)
-
-
-@pytest.fixture
-def in_process():
-    """``train``/``translate`` add handlers to the root logger and set torch's threads: undo both."""
-    root = logging.getLogger()
-    before, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    yield
-    for handler in root.handlers[:]:
-        if handler not in before:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
-    torch.set_num_threads(threads)
 
 
 def _compose(config: str, overrides: list[str]):

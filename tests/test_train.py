@@ -5,7 +5,6 @@ checkpoints, TensorBoard scalars, hypotheses and results; a run stopped after N 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import subprocess
 import sys
@@ -28,19 +27,6 @@ def _scalars(folder: Path) -> EventAccumulator:
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0})
     events.Reload()
     return events
-
-
-@pytest.fixture
-def restore_logging():
-    """``train`` adds file handlers to the root logger; remove them so no test leaks open files."""
-    root = logging.getLogger()
-    before, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in before:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
 
 
 @pytest.mark.slow
@@ -100,7 +86,7 @@ def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str):
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, restore_logging) -> None:
+def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process) -> None:
     """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go."""
     straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12"), tmp_path / "straight")
     first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6"), tmp_path / "first")
@@ -127,7 +113,7 @@ def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: 
 
 
 @pytest.mark.slow
-def test_weights_only_checkpoint_cannot_be_resumed(compose_cfg, toy_corpus, tmp_path: Path, restore_logging) -> None:
+def test_weights_only_checkpoint_cannot_be_resumed(compose_cfg, toy_corpus, tmp_path: Path, in_process) -> None:
     train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=2"), tmp_path / "run")
     (periodic,) = (tmp_path / "run" / "checkpoints").glob("step*.pt")
     with pytest.raises(CheckpointError, match="cannot be resumed"):
