@@ -105,7 +105,7 @@ def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
             text = line.decode("utf-8", errors=errors)
         except UnicodeDecodeError as e:
             raise DataError(
-                f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start:e.start + 4]!r}); "
+                f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start : e.start + 4]!r}); "
                 "re-encode the file as UTF-8"
             ) from None
         out.append(text.rstrip("\r"))

@@ -13,18 +13,24 @@ differs. Then ``python -m nmt.evaluate`` decodes each split with every best chec
     OUT/runs/<model>/        training run (checkpoints, train.log, tensorboard, results.json)
     OUT/<split>/             eval.json, bleu_by_length.png, alignments_<model>.png, hypotheses/
     OUT/tensorboard/         the evaluation figures, for TensorBoard
-    OUT/summary.md           the command, the budget and each split's table
+    OUT/summary.md           the command, a table of every model's training (parameters, wall
+                             time, tokens/s, validation and test BLEU/chrF) and each split's table
 
 ``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
-``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``.
+``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another
+(the README's attention table uses ``multi30k_de_en_best``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shlex
+import statistics
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from nmt.corpora import MULTI30K_SPLITS
@@ -33,8 +39,10 @@ from nmt.corpora import MULTI30K_SPLITS
 MODELS = {
     "none": ["model/attention=none"],
     "bahdanau": ["model/attention=bahdanau"],
+    "bahdanau_luong_dec": ["model/attention=bahdanau", "model/decoder=luong"],
     "luong_general": ["model/attention=luong_general", "model/decoder=luong"],
     "luong_dot": ["model/attention=luong_dot", "model/decoder=luong"],
+    "scaled_dot": ["model/attention=scaled_dot"],
 }
 EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
@@ -44,6 +52,8 @@ DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", choices=sorted(EXPERIMENTS), required=True)
+    parser.add_argument("--experiment", help="the experiment config every model starts from (default: synthetic_"
+                        "bottleneck or multi30k_de_en)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs, figures and tables")
     parser.add_argument("--data-dir", help="multi30k: folder holding the task-1 raw files (data.dir)")
     parser.add_argument("--models", nargs="+", default=["none", "bahdanau"], choices=sorted(MODELS),
@@ -89,6 +99,42 @@ def test_splits(args: argparse.Namespace) -> list[str]:
     return found or ["test_2016_flickr"]
 
 
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
+LOG_PARAMS = re.compile(r"model: ([\d,]+) parameters")
+LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
+
+
+def training_row(run_dir: Path) -> dict:
+    """What a finished run's ``train.log`` and ``results.json`` say: parameters, wall time (first to
+    last log line, training and the final test decoding), median logged target tokens/s, best
+    validation BLEU and the test scores of its best checkpoint."""
+    lines = (run_dir / "train.log").read_text(encoding="utf-8").splitlines()
+    times = [datetime.fromisoformat(m.group(1)) for line in lines if (m := LOG_TIME.match(line))]
+    params = [int(m.group(1).replace(",", "")) for line in lines if (m := LOG_PARAMS.search(line))]
+    speeds = [float(m.group(1)) for line in lines if (m := LOG_SPEED.search(line))]
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    return {
+        "params": params[-1] if params else None,
+        "minutes": (times[-1] - times[0]).total_seconds() / 60 if times else None,
+        "tokens_per_s": statistics.median(speeds) if speeds else None,
+        **results,
+    }
+
+
+def training_table(rows: dict[str, dict], test_role: str = "test_2016_flickr") -> list[str]:
+    """A markdown table of :func:`training_row` results, one line per model."""
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    out = ["| model | parameters | updates | wall min | target tok/s | valid BLEU | test BLEU | test chrF |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for name, row in rows.items():
+        out.append(
+            f"| {name} | {fmt(row.get('params'), ',')} | {fmt(row.get('steps'), '.0f')} | {fmt(row.get('minutes'), '.1f')}"
+            f" | {fmt(row.get('tokens_per_s'), '.0f')} | {fmt(row.get('best_valid_bleu'), '.2f')}"
+            f" | {fmt(row.get(f'{test_role}_bleu'), '.2f')} | {fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
+        )
+    return out
+
+
 def run(command: list[str]) -> str:
     """Run a command, echo it, let its stderr through, return its stdout; stop on failure."""
     print("+", shlex.join(command), file=sys.stderr, flush=True)
@@ -117,26 +163,29 @@ def run_all(commands: list[list[str]], jobs: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = args.out.resolve()
-    common = [f"experiment={EXPERIMENTS[args.data]}", f"train.seed={args.seed}", "train.patience=0"]
+    common = [f"experiment={args.experiment or EXPERIMENTS[args.data]}", f"train.seed={args.seed}", "train.patience=0"]
     common += budget_overrides(args.budget)
     if args.data_dir:
         common.append(f"data.dir={Path(args.data_dir).resolve()}")
     if args.cache_dir:
         common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
     common += args.overrides
-    checkpoints, training = {}, []
+    checkpoints, training, run_dirs = {}, [], {}
     for name in args.models:
-        run_dir = out / "runs" / name
+        run_dir = run_dirs[name] = out / "runs" / name
         checkpoints[name] = run_dir / "checkpoints" / "best.pt"
         if not (args.skip_trained and (run_dir / "results.json").is_file()):
             training.append([sys.executable, "-m", "nmt.train", *common, *MODELS[name], f"hydra.run.dir={run_dir}"])
     run_all(training, args.jobs)
 
     ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
+    first_split = test_splits(args)[0]
     summary = [
         f"# Bottleneck study ({args.data})", "",
         "```", shlex.join([Path(sys.executable).name, "scripts/bottleneck_study.py", *(argv or sys.argv[1:])]), "```",
         "", f"Training overrides shared by every model: `{' '.join(common)}`", "",
+        *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
+        "## Training", "", *training_table({name: training_row(d) for name, d in run_dirs.items()}, first_split), "",
     ]  # fmt: skip
     for split in test_splits(args):
         evaluate = [

@@ -31,6 +31,7 @@ def test_budget_and_model_overrides() -> None:
             study.budget_overrides(bad)
     assert study.MODELS["none"] == ["model/attention=none"]
     assert study.MODELS["luong_general"] == ["model/attention=luong_general", "model/decoder=luong"]
+    assert study.MODELS["bahdanau_luong_dec"] == ["model/attention=bahdanau", "model/decoder=luong"]
 
 
 def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
@@ -44,6 +45,29 @@ def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
     assert study.test_splits(study.parse_args(["--data", "synthetic", "--out", "o"])) == ["test"]
     args = study.parse_args(["--data", "synthetic", "--out", "o", "--splits", "valid", "test"])
     assert study.test_splits(args) == ["valid", "test"]
+
+
+def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
+    """The attention table's figures come from the run's own log and results.json."""
+    study = load_script()
+    (tmp_path / "train.log").write_text(
+        "[2026-11-30 10:00:00,001][nmt.train][INFO] - model: 7,978,560 parameters on cpu x 1 process(es)\n"
+        "[2026-11-30 10:01:00,500][nmt.train][INFO] - update 50: loss 6.4, ppl 600.1, |g| 6.46, 2000 target tokens/s\n"
+        "[2026-11-30 10:02:00,500][nmt.train][INFO] - update 100: loss 5.1, ppl 164.0, |g| 2.10, 2400 target tokens/s\n"
+        "[2026-11-30 10:03:00,500][nmt.train][INFO] - update 150: loss 4.7, ppl 110.0, |g| 1.90, 3000 target tokens/s\n"
+        "[2026-11-30 10:30:00,900][nmt.train][INFO] - test_2016_flickr: BLEU 30.00, chrF 50.00\n",
+        encoding="utf-8",
+    )
+    results = {"best_valid_bleu": 29.5, "steps": 670.0, "test_2016_flickr_bleu": 30.0, "test_2016_flickr_chrf": 50.0}
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    row = study.training_row(tmp_path)
+    assert row["params"] == 7_978_560
+    assert row["minutes"] == 30.0
+    assert row["tokens_per_s"] == 2400.0  # the median of the logged rates
+    assert row["best_valid_bleu"] == 29.5
+    table = study.training_table({"bahdanau": row}, "test_2016_flickr")
+    assert table[-1] == "| bahdanau | 7,978,560 | 670 | 30.0 | 2400 | 29.50 | 30.00 | 50.00 |"
+    assert len(table) == 3  # header, rule, one model
 
 
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:

@@ -173,6 +173,21 @@ def test_experiment_contents(compose_cfg) -> None:
     assert build_model(smoke.model, 40, 40).num_parameters() < 200_000
 
 
+@pytest.mark.parametrize("model", [[], ["model/decoder=luong"], ["model/attention=none"], ["model/attention=scaled_dot"],
+                                   ["model/attention=luong_dot", "model/decoder=luong"]])  # fmt: skip
+def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: list[str]) -> None:
+    """The README's attention table swaps attention and decoder in the tuned recipe; the two
+    directions differ only in their languages, and the schedule ends inside the budget."""
+    de_en = compose_cfg("experiment=multi30k_de_en_best", *model)
+    en_de = compose_cfg("experiment=multi30k_en_de_best", *model)
+    assert isinstance(build_model(de_en.model, 60, 70), Seq2Seq)
+    assert (de_en.data.src_lang, de_en.data.tgt_lang, en_de.data.src_lang, en_de.data.tgt_lang) == ("de", "en", "en", "de")
+    assert OmegaConf.to_container(de_en.train, resolve=True) == OmegaConf.to_container(en_de.train, resolve=True)
+    assert de_en.model == en_de.model
+    updates_per_epoch = 134  # Multi30k train with 4096-token batches
+    assert max(de_en.train.scheduler.milestones) < de_en.train.max_epochs * updates_per_epoch
+
+
 def test_command_line_overrides_the_experiment(compose_cfg) -> None:
     cfg = compose_cfg("experiment=smoke", "data=files", *FILES_OVERRIDES, "model/attention=luong_general")
     assert cfg.data.name == "files"
