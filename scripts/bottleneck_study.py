@@ -179,15 +179,15 @@ def main(argv: list[str] | None = None) -> None:
     run_all(training, args.jobs)
 
     ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
-    first_split = test_splits(args)[0]
+    splits = test_splits(args)
     summary = [
         f"# Bottleneck study ({args.data})", "",
         "```", shlex.join([Path(sys.executable).name, "scripts/bottleneck_study.py", *(argv or sys.argv[1:])]), "```",
         "", f"Training overrides shared by every model: `{' '.join(common)}`", "",
         *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
-        "## Training", "", *training_table({name: training_row(d) for name, d in run_dirs.items()}, first_split), "",
+        "## Training", "", *training_table({name: training_row(d) for name, d in run_dirs.items()}, splits[0]), "",
     ]  # fmt: skip
-    for split in test_splits(args):
+    for split in splits:
         evaluate = [
             sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={out / split}",
             f"bins={args.bins or DEFAULT_BINS[args.data]}", f"search.beam_size={args.beam_size or DEFAULT_BEAM[args.data]}",
