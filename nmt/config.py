@@ -67,9 +67,16 @@ def _check_model(cfg: DictConfig) -> None:
         sizes.append("model.attention.attn_dim")
     for key in sizes:
         check_int(cfg, key, 1)
-    for key in ("model.dropout", "model.encoder.dropout", "model.decoder.dropout"):
+    check_int(cfg, "model.decoder.num_layers", 1)
+    rates = ["model.dropout", "model.src_word_dropout", "model.tgt_word_dropout"]
+    rates += [f"model.encoder.{name}" for name in ("emb_dropout", "hidden_dropout")]
+    rates += [f"model.decoder.{name}" for name in ("emb_dropout", "hidden_dropout", "state_dropout", "output_dropout")]
+    for key in rates:
         check_number(cfg, key, lambda v: 0 <= v < 1, "a probability in [0, 1)")
     check_choice(cfg, "model.tie_embeddings", (True, False))
+    check_choice(cfg, "model.decoder.layer_norm", (True, False))
+    if check_choice(cfg, "model.share_embeddings", (True, False)) and not value(cfg, "data.vocab.joint"):
+        raise ConfigError("model.share_embeddings=true needs one vocabulary for both languages: set data.vocab.joint=true")
 
 
 def _check_data(cfg: DictConfig) -> None:
@@ -127,6 +134,7 @@ def _check_train(cfg: DictConfig) -> None:
                "decode_batch_size": 1, "val_beam_size": 1}  # fmt: skip
     for name, low in minimum.items():
         check_int(cfg, f"train.{name}", low)
+    check_number(cfg, "train.ema", lambda v: v == 0 or 0 < v < 1, "0 (off) or a decay in (0, 1), e.g. 0.9995")
     check_choice(cfg, "train.amp", ("none", "bf16"))
     check_choice(cfg, "train.dist_backend", ("auto", "gloo", "nccl"))
     device = value(cfg, "train.device")

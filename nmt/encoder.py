@@ -33,7 +33,8 @@ class RNNEncoder(nn.Module):
     :param emb_dim: E, embedding size.
     :param hidden_dim: H, GRU state size per direction.
     :param num_layers: stacked GRU layers.
-    :param dropout: on the embeddings, between layers and on the output states.
+    :param emb_dropout: on the embeddings.
+    :param hidden_dropout: between stacked layers and on the output states (the annotations).
     :param bidirectional: run a backward GRU too and concatenate.
     """
 
@@ -44,19 +45,21 @@ class RNNEncoder(nn.Module):
         emb_dim: int,
         hidden_dim: int,
         num_layers: int,
-        dropout: float,
+        emb_dropout: float,
+        hidden_dropout: float,
         bidirectional: bool,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
-        self.dropout = nn.Dropout(dropout)
+        self.emb_dropout = nn.Dropout(emb_dropout)
+        self.hidden_dropout = nn.Dropout(hidden_dropout)
         self.rnn = nn.GRU(
             emb_dim,
             hidden_dim,
             num_layers=num_layers,
             batch_first=True,
             bidirectional=bidirectional,
-            dropout=dropout if num_layers > 1 else 0.0,
+            dropout=hidden_dropout if num_layers > 1 else 0.0,
         )
         self.num_directions = 2 if bidirectional else 1
         self.output_dim = hidden_dim * self.num_directions
@@ -66,10 +69,10 @@ class RNNEncoder(nn.Module):
         :return: an :class:`EncoderOutput`."""
         max_len = src.size(1)
         mask = torch.arange(max_len, device=src.device) < src_lens.to(src.device).unsqueeze(1)  # (B, S)
-        embedded = self.dropout(self.embedding(src))  # (B, S) -> (B, S, E)
+        embedded = self.emb_dropout(self.embedding(src))  # (B, S) -> (B, S, E)
         packed = pack_padded_sequence(embedded, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         packed_states, last = self.rnn(packed)  # last: (L*D, B, H), in the batch's original order
         states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=max_len)  # (B, S, D*H)
         # the top layer's directions: forward ends at the last real token, backward at position 0
         final = torch.cat(list(last[-self.num_directions :]), dim=-1)  # D x (B, H) -> (B, D*H)
-        return EncoderOutput(self.dropout(states), mask, final)
+        return EncoderOutput(self.hidden_dropout(states), mask, final)

@@ -209,7 +209,8 @@ def evaluate(cfg: DictConfig) -> dict:
         if name in systems:
             raise ValueError(f"system name {name!r} is both in hyps and ckpt")
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
-        decoded[name] = decode_sources(payload, text.src, SearchSettings(**cfg.search), cfg.batch_size, device)
+        settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
+        decoded[name] = decode_sources(payload, text.src, settings, cfg.batch_size, device)
         systems[name] = decoded[name].hypotheses
         hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
         atomic_write_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))

@@ -27,8 +27,9 @@ came from, and the finished hypotheses are traced back once at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -422,7 +423,8 @@ def _hypotheses(pool: _Pool, trace: _Trace, src_lens: Tensor) -> list[list[Hypot
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How to decode (``train.search`` for validation, the top level of ``translate.yaml``).
+    """How to decode: ``train.search``, saved in checkpoints; ``translate.yaml`` and ``evaluate.yaml``
+    override it key by key.
 
     :param beam_size: K; 1 with ``n_best=1`` means greedy search.
     :param n_best: hypotheses kept per sentence (<= K).
@@ -441,6 +443,18 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         check_search_settings(self.beam_size, self.n_best, self.length_penalty, self.alpha)
+
+    @classmethod
+    def from_checkpoint(cls, saved: Mapping[str, Any], given: Mapping[str, Any]) -> SearchSettings:
+        """The decoding a checkpoint was trained and scored with (its config's ``train.search``),
+        with every key of ``given`` that is not None in its place: ``nmt.translate`` and
+        ``nmt.evaluate`` leave their keys at null, so a recipe's tuned beam and length penalty are
+        what a user gets without knowing them.
+
+        :param saved: the checkpoint's ``train.search``.
+        :param given: the command line's settings, None where not set.
+        """
+        return cls(**{f.name: given[f.name] if given[f.name] is not None else saved[f.name] for f in fields(cls)})
 
 
 def search(

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import hydra
@@ -33,6 +33,7 @@ from nmt.config import instantiation_message, validate_config
 from nmt.corpora import DataError, load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
+from nmt.ema import WeightAverage
 from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
@@ -135,11 +136,14 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model is what gets saved
     optimizer = hydra.utils.instantiate(tcfg.optimizer)(model.parameters())
     scheduler = hydra.utils.instantiate(tcfg.scheduler)(optimizer)
-    settings = SearchSettings(**tcfg.search)
+    settings = SearchSettings(**tcfg.search)  # the final test scores; validation is greedy or a small beam
+    val_settings = replace(settings, beam_size=tcfg.val_beam_size, n_best=1)
+    ema = WeightAverage(model, tcfg.ema) if tcfg.ema else None
+    averaged = lambda: ema.swapped_into(model) if ema is not None else nullcontext()  # noqa: E731
     progress = Progress()
     resume = _resume_path(tcfg.resume, run_dir)
     if resume is not None:
-        progress = _restore(resume, model, optimizer, scheduler, job)
+        progress = _restore(resume, model, optimizer, scheduler, job, ema)
     log.info("model: %s parameters on %s x %d process(es); %s; effective batch %d x %d x %d tokens",
              f"{model.num_parameters():,}", device, job.world_size, _describe(cfg.model), cfg.data.max_tokens,
              job.world_size, tcfg.accum_steps)  # fmt: skip
@@ -149,7 +153,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     checkpoint = lambda name, **kw: save_checkpoint(  # noqa: E731
         run_dir / "checkpoints" / name, model, cfg, data.src_vocab, data.tgt_vocab, **kw
     )
-    train_state = lambda: _train_state(progress, optimizer, scheduler, job)  # noqa: E731 (collective)
+    train_state = lambda: _train_state(progress, optimizer, scheduler, job, model if ema else None)  # noqa: E731
     done, reason = False, "max_epochs reached"
     window_tokens, window_start = 0, time.perf_counter()
     try:
@@ -181,6 +185,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                         scheduler.step()
                     progress.step += 1
                     window_tokens += stats.tokens
+                    if ema is not None:
+                        ema.update(model)
                 bar.update(1)
                 if job.is_main and progress.step % tcfg.log_every == 0 and progress.bad_steps == 0:
                     tok_s = window_tokens * job.world_size / (time.perf_counter() - window_start)
@@ -196,7 +202,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                     not tcfg.eval_every and end_of_epoch
                 )
                 if due or done:
-                    bleu = _validate(model, data, settings, cfg, writer, progress.step, run_dir) if job.is_main else 0.0
+                    if job.is_main:
+                        with averaged():
+                            bleu = _validate(model, data, val_settings, cfg, writer, progress.step, run_dir)
+                    else:
+                        bleu = 0.0
                     bleu = job.broadcast(bleu)
                     if isinstance(scheduler, ReduceLROnPlateau):
                         scheduler.step(bleu)
@@ -205,17 +215,19 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                     progress.stale_validations = 0 if improved else progress.stale_validations + 1
                     state = train_state()
                     if job.is_main:
-                        checkpoint("last.pt", train_state=state)
-                        if improved:
-                            checkpoint("best.pt", train_state=state)
-                        _keep_periodic(checkpoint, run_dir, progress.step, tcfg.keep_checkpoints)
+                        with averaged():  # the files' weights are the average; the state holds the trained ones
+                            checkpoint("last.pt", train_state=state)
+                            if improved:
+                                checkpoint("best.pt", train_state=state)
+                            _keep_periodic(checkpoint, run_dir, progress.step, tcfg.keep_checkpoints)
                     if tcfg.patience and progress.stale_validations >= tcfg.patience:
                         done, reason = True, f"early stopping: no better validation BLEU in {tcfg.patience} validations"
                     window_start = time.perf_counter()
                 if job.broadcast(stop.signal) is not None:  # rank 0's signal stops every rank
                     state = train_state()
                     if job.is_main:
-                        checkpoint("last.pt", train_state=state)
+                        with averaged():
+                            checkpoint("last.pt", train_state=state)
                         log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
                                  stop.signal, run_dir / "checkpoints" / "last.pt", run_dir)  # fmt: skip
                     return {"interrupted": 1.0, "steps": float(progress.step)}
@@ -372,11 +384,16 @@ def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path
     return results
 
 
-def _train_state(progress: Progress, optimizer, scheduler, job: Dist) -> dict:
+def _train_state(progress: Progress, optimizer, scheduler, job: Dist, trained: Seq2Seq | None) -> dict:
     """Everything besides the weights that an exact resume needs; a collective under DDP (it
-    gathers every rank's random-number state)."""
+    gathers every rank's random-number state).
+
+    :param trained: with ``train.ema`` the model, whose trained weights are copied here (the
+        checkpoint's ``model`` entry then holds the average); None otherwise.
+    """
     progress.world_size = job.world_size
     return {
+        "trained_model": None if trained is None else {k: v.detach().clone() for k, v in trained.state_dict().items()},
         "progress": asdict(progress),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -403,12 +420,15 @@ def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _restore(path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist) -> Progress:
+def _restore(path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist, ema: WeightAverage | None) -> Progress:
     payload = load_checkpoint(path, job.device)
     state = payload["train_state"]
     if state is None:
         raise CheckpointError(f"{path}: holds weights only (no optimizer state); it cannot be resumed")
-    model.load_state_dict(payload["model"])
+    trained = state.get("trained_model")  # present when the run kept an average (the file's weights)
+    model.load_state_dict(trained if trained is not None else payload["model"])
+    if ema is not None:
+        ema.load_from(payload["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     progress = Progress(**state["progress"])

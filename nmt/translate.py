@@ -188,22 +188,23 @@ def write_output(path: str, text: str) -> None:
         atomic_write_text(path, text)
 
 
-def settings_from_config(cfg: DictConfig) -> SearchSettings:
-    return SearchSettings(
-        beam_size=cfg.beam_size, n_best=cfg.n_best, length_penalty=cfg.length_penalty, alpha=cfg.alpha,
-        max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-    )  # fmt: skip
+SEARCH_KEYS = ("beam_size", "n_best", "length_penalty", "alpha", "max_len_a", "max_len_b")
+
+
+def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> SearchSettings:
+    """The checkpoint's own decoding (``train.search``), with the keys set on the command line in its place."""
+    return SearchSettings.from_checkpoint(checkpoint_config.train.search, {key: cfg[key] for key in SEARCH_KEYS})
 
 
 def translate(cfg: DictConfig) -> dict[str, float]:
     """Everything ``python -m nmt.translate`` does; returns the summary figures."""
-    settings = settings_from_config(cfg)  # bad settings and bad input fail before the model loads
-    lines = read_input(cfg.input, cfg.on_bad_utf8)
+    lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
     model, src_vocab, tgt_vocab, config = load_translator(cfg.ckpt, device)
     load_seconds = time.perf_counter() - start
+    settings = settings_from_config(cfg, config)
     if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
         raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len

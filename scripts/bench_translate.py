@@ -4,8 +4,8 @@
     python scripts/bench_translate.py --untrained     # the reference model with random weights
 
 Prints, per search, seconds, sentences/s and target subwords/s (and BLEU for a trained model), the
-model loading time separately, then one JSON line with every figure. Search settings and batching
-are the defaults of ``configs/translate.yaml`` unless given here.
+model loading time separately, then one JSON line with every figure. Length penalty and output limit
+are the checkpoint's (``train.search``); batching is ``configs/translate.yaml``'s unless given here.
 
 ``--untrained`` builds the ``multi30k_de_en`` reference model with random weights (its
 sentencepiece models are trained on, or taken from the cache of, the Multi30k training split). Such a
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         max_len_a, max_len_b = 1.0, 0
     else:
         model, src_vocab, tgt_vocab, cfg = load_translator(args.ckpt, device)
-        max_len_a, max_len_b = DEFAULTS.max_len_a, DEFAULTS.max_len_b
+        max_len_a, max_len_b = cfg.train.search.max_len_a, cfg.train.search.max_len_b
     load_seconds = time.perf_counter() - start
     args.max_src_len = cfg.data.max_len
     src_path = multi30k_file(args.split, cfg.data.src_lang, str(args.data_dir), args.cache_dir)
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {name}, loaded in {load_seconds:.2f}s; {len(sources)} sentences of {args.split}, "
           f"{report['threads']} threads, batches of {args.batch_size} {args.batch_unit}")  # fmt: skip
     for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
-        settings = SearchSettings(beam_size=beam, n_best=1, length_penalty=DEFAULTS.length_penalty,
-                                  alpha=DEFAULTS.alpha, max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
+        settings = SearchSettings(beam_size=beam, n_best=1, length_penalty=cfg.train.search.length_penalty,
+                                  alpha=cfg.train.search.alpha, max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
         seconds, result = time_search(model, src_vocab, sources, settings, args, device)
         hyps = [tgt_vocab.decode(t.hypotheses[0].tokens) if t.hypotheses else "" for t in result]
         tokens = sum(len(t.hypotheses[0].tokens) + 1 for t in result if t.hypotheses)

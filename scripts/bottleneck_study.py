@@ -18,31 +18,30 @@ differs. Then ``python -m nmt.evaluate`` decodes each split with every best chec
 
 ``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
 ``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another
-(the README's attention table uses ``multi30k_de_en_best``).
+(the README's attention table uses ``multi30k_de_en_bahdanau16``, the first tuned recipe).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import shlex
-import statistics
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from nmt.corpora import MULTI30K_SPLITS
+from nmt.runlog import read_run
 
-# model name -> the overrides that select it (everything else comes from the experiment)
+# model name -> the overrides that select it (everything else comes from the experiment); the
+# decoder is always named, so that a model means the same whichever decoder the experiment has
 MODELS = {
-    "none": ["model/attention=none"],
-    "bahdanau": ["model/attention=bahdanau"],
+    "none": ["model/attention=none", "model/decoder=bahdanau"],
+    "none_luong_dec": ["model/attention=none", "model/decoder=luong"],
+    "bahdanau": ["model/attention=bahdanau", "model/decoder=bahdanau"],
     "bahdanau_luong_dec": ["model/attention=bahdanau", "model/decoder=luong"],
     "luong_general": ["model/attention=luong_general", "model/decoder=luong"],
     "luong_dot": ["model/attention=luong_dot", "model/decoder=luong"],
-    "scaled_dot": ["model/attention=scaled_dot"],
+    "scaled_dot": ["model/attention=scaled_dot", "model/decoder=bahdanau"],
 }
 EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
@@ -99,26 +98,12 @@ def test_splits(args: argparse.Namespace) -> list[str]:
     return found or ["test_2016_flickr"]
 
 
-LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
-LOG_PARAMS = re.compile(r"model: ([\d,]+) parameters")
-LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
-
-
 def training_row(run_dir: Path) -> dict:
-    """What a finished run's ``train.log`` and ``results.json`` say: parameters, wall time (first to
-    last log line, training and the final test decoding), median logged target tokens/s, best
+    """What a finished run's files say (:func:`nmt.runlog.read_run`): parameters, wall time (first
+    to last log line, training and the final test decoding), median logged target tokens/s, best
     validation BLEU and the test scores of its best checkpoint."""
-    lines = (run_dir / "train.log").read_text(encoding="utf-8").splitlines()
-    times = [datetime.fromisoformat(m.group(1)) for line in lines if (m := LOG_TIME.match(line))]
-    params = [int(m.group(1).replace(",", "")) for line in lines if (m := LOG_PARAMS.search(line))]
-    speeds = [float(m.group(1)) for line in lines if (m := LOG_SPEED.search(line))]
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    return {
-        "params": params[-1] if params else None,
-        "minutes": (times[-1] - times[0]).total_seconds() / 60 if times else None,
-        "tokens_per_s": statistics.median(speeds) if speeds else None,
-        **results,
-    }
+    record = read_run(run_dir)
+    return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s, **record.results}
 
 
 def training_table(rows: dict[str, dict], test_role: str = "test_2016_flickr") -> list[str]:

@@ -29,9 +29,9 @@ def test_budget_and_model_overrides() -> None:
     for bad in (["steps=3"], ["max_steps"], ["max_steps=-1"]):
         with pytest.raises(SystemExit):
             study.budget_overrides(bad)
-    assert study.MODELS["none"] == ["model/attention=none"]
-    assert study.MODELS["luong_general"] == ["model/attention=luong_general", "model/decoder=luong"]
-    assert study.MODELS["bahdanau_luong_dec"] == ["model/attention=bahdanau", "model/decoder=luong"]
+    for name, overrides in study.MODELS.items():  # a model is the same whatever the experiment's decoder
+        assert sorted(o.split("=")[0] for o in overrides) == ["model/attention", "model/decoder"], name
+        assert (f"model/decoder={'luong' if 'luong' in name else 'bahdanau'}") in overrides, name
 
 
 def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:

@@ -69,7 +69,20 @@ def test_interpolated_sizes_follow_the_shared_values(compose_cfg) -> None:
     cfg = compose_cfg("model.emb_dim=48", "model.decoder.hidden_dim=100", "model.dropout=0.25")
     assert cfg.model.encoder.emb_dim == cfg.model.decoder.emb_dim == 48
     assert cfg.model.attention.attn_dim == 100
-    assert cfg.model.encoder.dropout == cfg.model.decoder.dropout == 0.25
+    for node, names in ((cfg.model.encoder, ("emb_dropout", "hidden_dropout")),
+                        (cfg.model.decoder, ("emb_dropout", "hidden_dropout", "output_dropout"))):  # fmt: skip
+        assert all(node[name] == 0.25 for name in names)
+    assert cfg.model.decoder.state_dropout == 0.0  # its own default: the reference model has none
+
+
+def test_separate_dropout_rates_reach_their_layers(compose_cfg) -> None:
+    cfg = compose_cfg("model.dropout=0.25", "model.emb_dropout=0.1", "model.hidden_dropout=0.2",
+                      "model.state_dropout=0.3", "model.output_dropout=0.4", "model.encoder.num_layers=2",
+                      "model.decoder.num_layers=2")  # fmt: skip
+    model = build_model(cfg.model, 30, 30)
+    enc, dec = model.encoder, model.decoder
+    assert (enc.emb_dropout.p, enc.hidden_dropout.p, enc.rnn.dropout) == (0.1, 0.2, 0.2)
+    assert (dec.emb_dropout.p, dec.hidden_dropout.p, dec.state_dropout.p, dec.dropout.p) == (0.1, 0.2, 0.3, 0.4)
     model = build_model(cfg.model, 30, 30)
     assert model.encoder.embedding.embedding_dim == 48
     assert model.decoder.attention.query_proj.in_features == 100
@@ -173,7 +186,7 @@ def test_experiment_contents(compose_cfg) -> None:
     assert build_model(smoke.model, 40, 40).num_parameters() < 200_000
 
 
-@pytest.mark.parametrize("model", [[], ["model/decoder=luong"], ["model/attention=none"], ["model/attention=scaled_dot"],
+@pytest.mark.parametrize("model", [[], ["model/decoder=bahdanau"], ["model/attention=none"], ["model/attention=scaled_dot"],
                                    ["model/attention=luong_dot", "model/decoder=luong"]])  # fmt: skip
 def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: list[str]) -> None:
     """The README's attention table swaps attention and decoder in the tuned recipe; the two

@@ -16,8 +16,8 @@ H = 8
 
 def _encoder(bidirectional: bool, num_layers: int) -> RNNEncoder:
     torch.manual_seed(0)
-    encoder = RNNEncoder(SRC_VOCAB_SIZE, PAD_ID, emb_dim=6, hidden_dim=H, num_layers=num_layers, dropout=0.2,
-                         bidirectional=bidirectional)  # fmt: skip
+    encoder = RNNEncoder(SRC_VOCAB_SIZE, PAD_ID, emb_dim=6, hidden_dim=H, num_layers=num_layers, emb_dropout=0.2,
+                         hidden_dropout=0.2, bidirectional=bidirectional)  # fmt: skip
     return encoder.eval()
 
 

@@ -1,5 +1,6 @@
 """Seq2Seq: outputs independent of extra padding and of the other sentences of a batch, for every
-attention x decoder; checkpoints that round-trip exactly and fail with one clear error otherwise."""
+attention x decoder; word dropout and three-way tying as configured; checkpoints that round-trip
+exactly and fail with one clear error otherwise."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from nmt.model import (
     load_checkpoint,
     model_from_checkpoint,
     save_checkpoint,
+    word_dropout,
 )
-from nmt.vocab import PAD_ID, Vocab
+from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
 LENGTHS = [4, 6, 2]
 TGT_LEN = 5
@@ -239,3 +241,70 @@ def test_training_loss_equals_scoring_the_logits(attention: str, decoder: str) -
     for got, want in zip(grads, expected_grads, strict=True):
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- word dropout and tying
+
+
+def test_word_dropout_replaces_about_the_rate_of_real_tokens_and_never_specials() -> None:
+    torch.manual_seed(0)
+    ids = torch.randint(EOS_ID + 1, 500, (400, 50))
+    ids[:, 0] = BOS_ID
+    ids[:, 40] = EOS_ID
+    ids[:, 41:] = PAD_ID
+    real = ids > EOS_ID
+    dropped = word_dropout(ids, 0.2)
+    changed = dropped != ids
+    assert torch.all(dropped[changed] == UNK_ID), "a dropped word becomes <unk>"
+    assert not changed[~real].any(), "PAD, BOS and EOS are never replaced"
+    fraction = changed[real].float().mean().item()
+    assert abs(fraction - 0.2) < 0.01, fraction  # 15,600 real tokens: 4 standard deviations is 0.013
+    assert word_dropout(ids, 0.0) is ids
+
+
+def test_word_dropout_acts_in_training_only() -> None:
+    model = build_tiny_model("bahdanau", "luong_feed", extra=("model.src_word_dropout=0.5", "model.tgt_word_dropout=0.5",
+                                                             "model.dropout=0.0"))  # fmt: skip
+    src, src_lens, tgt_in = random_batch(LENGTHS, TGT_LEN, seed=8)
+    with torch.no_grad():
+        eval_a, _ = model(src, src_lens, tgt_in)
+        eval_b, _ = model(src, src_lens, tgt_in)
+        model.train()
+        torch.manual_seed(3)
+        train_a, _ = model(src, src_lens, tgt_in)
+    torch.testing.assert_close(eval_a, eval_b)
+    assert not torch.allclose(train_a, eval_a), "with dropout 0 elsewhere, only word dropout can change the output"
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_word_dropout_of_one_side_reads_that_side_as_unknown(side: str) -> None:
+    """With rate 0.999 every real word of the side is <unk>: the model sees exactly that input."""
+    model = build_tiny_model("bahdanau", "bahdanau", extra=(f"model.{side}_word_dropout=0.999", "model.dropout=0.0"))
+    src, src_lens, tgt_in = random_batch(LENGTHS, TGT_LEN, seed=9)
+    unk_src = src.masked_fill(src > EOS_ID, UNK_ID) if side == "src" else src
+    unk_tgt = tgt_in.masked_fill(tgt_in > EOS_ID, UNK_ID) if side == "tgt" else tgt_in
+    with torch.no_grad():
+        expected, _ = model(unk_src, src_lens, unk_tgt)  # eval mode: no dropout
+        model.train()
+        torch.manual_seed(0)
+        actual, _ = model(src, src_lens, tgt_in)
+    torch.testing.assert_close(actual, expected)
+
+
+SMALL_LUONG = ["model.emb_dim=16", "model.encoder.hidden_dim=8", "model.decoder.hidden_dim=16", "model/decoder=luong",
+               "model.decoder.output_dim=16"]  # fmt: skip
+
+
+def test_three_way_tying_shares_one_tensor(compose_cfg) -> None:
+    cfg = compose_cfg(*SMALL_LUONG, "model.tie_embeddings=true", "model.share_embeddings=true")
+    model = build_model(cfg.model, 30, 30)
+    weight = model.decoder.embedding.weight
+    assert model.encoder.embedding.weight is weight and model.decoder.output.weight is weight
+    untied = build_model(compose_cfg(*SMALL_LUONG).model, 30, 30)
+    assert model.num_parameters() == untied.num_parameters() - 2 * weight.numel()
+    with pytest.raises(ValueError, match="share_embeddings needs one joint vocabulary"):
+        build_model(cfg.model, 30, 31)
+    loss, _ = model.loss(*random_batch([3, 2], 4, seed=1), torch.tensor([[5, 6, 3, 0], [7, 3, 0, 0]]), 0.1)
+    loss.backward()
+    assert weight.grad is not None and weight.grad[5].abs().sum() > 0, "one tensor gets every side's gradient"
+

@@ -16,6 +16,7 @@ from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_li
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from nmt.evaluate import teacher_forced_nll
 from nmt.model import CheckpointError, load_checkpoint, model_from_checkpoint
 from nmt.train import prepare_data, train
 
@@ -86,16 +87,18 @@ def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str):
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process) -> None:
-    """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go."""
-    straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12"), tmp_path / "straight")
-    first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6"), tmp_path / "first")
+@pytest.mark.parametrize("ema", ["0.0", "0.8"])
+def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process, ema: str) -> None:
+    """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go (and
+    the same moving average, when one is kept)."""
+    straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.ema={ema}"), tmp_path / "straight")
+    first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6", f"train.ema={ema}"), tmp_path / "first")
     assert (straight["steps"], first["steps"]) == (12.0, 6.0)
     last = tmp_path / "first" / "checkpoints" / "last.pt"
     assert load_checkpoint(last)["train_state"]["progress"]["step"] == 6
 
-    resumed = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.resume={last}"),
-                    tmp_path / "resumed")  # fmt: skip
+    resumed = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.resume={last}",
+                             f"train.ema={ema}"), tmp_path / "resumed")  # fmt: skip
     assert resumed["steps"] == 12.0
     logged = [e.step for e in _scalars(tmp_path / "resumed" / "tensorboard").Scalars("train/loss")]
     assert logged == list(range(7, 13)), "the resumed run continues at update 7"
@@ -110,6 +113,26 @@ def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: 
     assert position(actual)["step"] == 12
     for name, tensor in expected["model"].items():
         torch.testing.assert_close(actual["model"][name], tensor, msg=name)
+    if float(ema):  # the trained weights travel in the training state
+        for name, tensor in expected["train_state"]["trained_model"].items():
+            torch.testing.assert_close(actual["train_state"]["trained_model"][name], tensor, msg=name)
+
+
+@pytest.mark.slow
+def test_ema_weights_are_validated_and_saved(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process) -> None:
+    """With ``train.ema`` the checkpoints' weights are the average (not the trained weights) and
+    validation scores exactly those weights."""
+    cfg = _toy_cfg(compose_cfg, toy_corpus, "train.max_steps=8", "train.eval_every=8", "train.ema=0.7")
+    train(cfg, tmp_path / "run")
+    payload = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    averaged, trained = payload["model"], payload["train_state"]["trained_model"]
+    assert averaged.keys() == trained.keys()
+    assert any(not torch.allclose(averaged[k], trained[k]) for k in averaged), "the file holds the average"
+    model = model_from_checkpoint(payload)[0]
+    valid = prepare_data(cfg.data).evaluation["valid"][0]
+    nll, _ = teacher_forced_nll(model, valid, cfg.data.max_tokens, torch.device("cpu"))
+    (logged,) = _scalars(tmp_path / "run" / "tensorboard").Scalars("valid/loss")
+    assert logged.value == pytest.approx(nll, rel=1e-5)
 
 
 @pytest.mark.slow

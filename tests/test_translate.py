@@ -243,3 +243,22 @@ def test_models_without_attention_refuse_attention_dir(smoke_run: SmokeRun, tmp_
     cfg = translate_cfg(ckpt=tmp_path / "noattn.pt", input=tmp_path / "in.txt", attention_dir=tmp_path / "alignments")
     with pytest.raises(ValueError, match="no attention"):
         translate(cfg)
+
+
+def test_the_checkpoints_own_decoding_is_the_default(smoke_run: SmokeRun, tmp_path: Path, in_process) -> None:
+    """A recipe's tuned decoding (its ``train.search``) travels in the checkpoint: translate uses it
+    unless a key is given, and a key given replaces that key only."""
+    payload = load_checkpoint(smoke_run.checkpoint)
+    payload["config"]["train"]["search"].update(beam_size=3, n_best=2)  # as if a recipe had tuned these
+    ckpt = tmp_path / "tuned.pt"
+    torch.save(payload, ckpt)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(smoke_run.test_src[:4]) + "\n", encoding="utf-8")
+
+    translate(translate_cfg(ckpt=ckpt, input=source, output=tmp_path / "default.txt"))
+    rows = [line.split("\t") for line in (tmp_path / "default.txt").read_text(encoding="utf-8").splitlines()]
+    assert [int(index) for index, _, _ in rows].count(0) == 2, "n_best=2 from the checkpoint: two lines a sentence"
+
+    translate(translate_cfg(ckpt=ckpt, input=source, output=tmp_path / "one.txt", n_best=1))
+    one = (tmp_path / "one.txt").read_text(encoding="utf-8").splitlines()
+    assert len(one) == 4 and one == [text for index, _, text in rows[::2]], "beam 3 kept, n_best replaced"

@@ -1,0 +1,64 @@
+"""What a run folder says about its training: ``train.log`` (parameters, validation BLEU per
+epoch, logged tokens/s, wall time), ``.hydra/overrides.yaml`` (the command line) and
+``results.json`` (best validation and test scores). Read by the study and tuning scripts, so
+that every figure they tabulate comes from a recorded run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
+LOG_PARAMS = re.compile(r"model: ([\d,]+) parameters")
+LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
+LOG_EPOCH = re.compile(r"epoch (\d+): \d+ batches")
+LOG_VALID = re.compile(r"validation at update (\d+): loss [\d.]+, ppl [\d.]+, BLEU ([\d.]+)")
+
+
+@dataclass
+class RunRecord:
+    """One run's training, as its files record it (None / empty where a file or line is missing).
+
+    :ivar overrides: the Hydra command-line overrides.
+    :ivar valid_bleu: (update, validation BLEU) in order; one per epoch unless ``train.eval_every``.
+    :ivar minutes: first to last log line (training, validation and the final test decoding).
+    :ivar tokens_per_s: median of the logged target tokens/s.
+    :ivar results: ``results.json`` (best_valid_bleu, steps, <split>_bleu, <split>_chrf), if finished.
+    """
+
+    overrides: list[str] = field(default_factory=list)
+    params: int | None = None
+    epochs_started: int = 0
+    valid_bleu: list[tuple[int, float]] = field(default_factory=list)
+    minutes: float | None = None
+    tokens_per_s: float | None = None
+    results: dict = field(default_factory=dict)
+
+
+def read_run(run_dir: Path) -> RunRecord:
+    """Parse ``run_dir``; works on a run that is still training (no ``results.json`` yet)."""
+    record = RunRecord()
+    overrides = run_dir / ".hydra" / "overrides.yaml"
+    if overrides.is_file():  # a YAML list of strings, one "- key=value" a line
+        record.overrides = [line[2:].strip() for line in overrides.read_text(encoding="utf-8").splitlines()
+                            if line.startswith("- ")]  # fmt: skip
+    log = run_dir / "train.log"
+    lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    times = [datetime.fromisoformat(m.group(1)) for line in lines if (m := LOG_TIME.match(line))]
+    params = [int(m.group(1).replace(",", "")) for line in lines if (m := LOG_PARAMS.search(line))]
+    speeds = [float(m.group(1)) for line in lines if (m := LOG_SPEED.search(line))]
+    epochs = [int(m.group(1)) for line in lines if (m := LOG_EPOCH.search(line))]
+    record.params = params[-1] if params else None
+    record.epochs_started = max(epochs, default=0)
+    record.valid_bleu = [(int(m.group(1)), float(m.group(2))) for line in lines if (m := LOG_VALID.search(line))]
+    record.minutes = (times[-1] - times[0]).total_seconds() / 60 if times else None
+    record.tokens_per_s = statistics.median(speeds) if speeds else None
+    results = run_dir / "results.json"
+    if results.is_file():
+        record.results = json.loads(results.read_text(encoding="utf-8"))
+    return record

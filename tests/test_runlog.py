@@ -1,0 +1,56 @@
+"""Run folders read back: the overrides, validation BLEU per epoch, speed and wall time come from
+the run's own files, finished or still training; the tuning script prints them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+from nmt.runlog import read_run
+
+LOG = (
+    "[2026-11-30 10:00:00,001][nmt.train][INFO] - model: 12,277,056 parameters on cpu x 1 process(es)\n"
+    "[2026-11-30 10:00:00,002][nmt.train][INFO] - epoch 1: 134 batches, 0.5% padding\n"
+    "[2026-11-30 10:01:00,500][nmt.train][INFO] - update 50: loss 6.4, ppl 600.1, |g| 6.46, 1000 target tokens/s\n"
+    "[2026-11-30 10:02:00,500][nmt.train][INFO] - update 100: loss 5.1, ppl 164.0, |g| 2.10, 1400 target tokens/s\n"
+    "[2026-11-30 10:05:00,000][nmt.train][INFO] - validation at update 134: loss 3.1, ppl 22.20, BLEU 7.25, chrF 30.1\n"
+    "[2026-11-30 10:05:00,100][nmt.train][INFO] - epoch 2: 134 batches, 0.5% padding\n"
+    "[2026-11-30 10:06:00,500][nmt.train][INFO] - update 150: loss 4.7, ppl 110.0, |g| 1.90, 1500 target tokens/s\n"
+    "[2026-11-30 10:10:00,000][nmt.train][INFO] - validation at update 268: loss 2.5, ppl 12.18, BLEU 15.50, chrF 40\n"
+)
+
+
+def _run_folder(tmp_path: Path, finished: bool) -> Path:
+    (tmp_path / ".hydra").mkdir(parents=True)
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- experiment=multi30k_de_en_best\n- train.threads=1\n")
+    (tmp_path / "train.log").write_text(LOG, encoding="utf-8")
+    if finished:
+        results = {"best_valid_bleu": 15.5, "steps": 268.0, "test_2016_flickr_bleu": 16.0}
+        (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    return tmp_path
+
+
+def test_read_run_of_a_run_still_training(tmp_path: Path) -> None:
+    record = read_run(_run_folder(tmp_path, finished=False))
+    assert record.overrides == ["experiment=multi30k_de_en_best", "train.threads=1"]
+    assert record.params == 12_277_056 and record.epochs_started == 2
+    assert record.valid_bleu == [(134, 7.25), (268, 15.5)]
+    assert record.minutes == 10.0 and record.tokens_per_s == 1400.0  # first to last line; median rate
+    assert record.results == {}
+
+
+def test_tuning_log_prints_every_validation_and_the_test_score_once(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", finished=True)
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(run)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "7.25 (134), 15.50 (268)" in proc.stdout
+    assert "final validation BLEU 15.50, best 15.50; 268 updates; 10.0 min; median 1400 target tokens/s" in proc.stdout
+    assert proc.stdout.count("test_2016_flickr BLEU 16.00") == 1
+    missing = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 2 and "no train.log" in missing.stderr
