@@ -57,6 +57,60 @@ def check_search(cfg: DictConfig, prefix: str = "") -> None:
         raise ConfigError(f"{key('max_len_a')} and {key('max_len_b')} are both 0: no output could be produced")
 
 
+# --------------------------------------------------------------------------- resuming
+
+# What a resumed run may change: settings read afresh at every update or validation (so the new
+# value holds from the first update after the resume) and where files are found. Anything else
+# shapes the model, the subwords, the data and its order, or the optimizer and schedule whose state
+# comes from the checkpoint: a change there is refused rather than silently ignored.
+RESUMABLE_TRAIN = ("max_epochs", "max_steps", "patience", "eval_every", "log_every", "keep_checkpoints", "threads",
+                   "device", "decode_batch_size", "num_heatmaps", "val_beam_size", "search", "resume", "max_bad_steps",
+                   "clip_norm", "label_smoothing", "amp", "dist_backend", "ema")  # fmt: skip
+RESUMABLE_DATA = ("dir", "cache_dir", "test_splits")
+
+
+def resumable(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ between a checkpoint and the run resuming it.
+    Dropout rates (``*dropout``) may: the modules read them at every forward pass."""
+    section, _, rest = key.partition(".")
+    head = rest.split(".", 1)[0]
+    if section == "model":
+        return key.rsplit(".", 1)[-1].endswith("dropout")
+    return (section == "train" and head in RESUMABLE_TRAIN) or (section == "data" and head in RESUMABLE_DATA)
+
+
+def resume_changes(saved: dict, cfg: DictConfig, checkpoint: str | Path) -> list[str]:
+    """Compare the config of the checkpoint being resumed with the new one.
+
+    :param saved: the checkpoint's (resolved) config.
+    :return: the changed settings that the resumed run applies, as ``key: old -> new``; the
+        resume key itself is left out.
+    :raise ConfigError: one line naming every other differing key with both values.
+    """
+    old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
+    differ = sorted(k for k in old.keys() | new.keys() if k.split(".")[0] in ("model", "data", "train")
+                    and old.get(k, _ABSENT) != new.get(k, _ABSENT))  # fmt: skip
+    show = lambda d, k: "(absent)" if k not in d else repr(d[k])  # noqa: E731
+    refused = [f"{k}: {show(old, k)} in the checkpoint, {show(new, k)} now" for k in differ if not resumable(k)]
+    if refused:
+        raise ConfigError(
+            f"cannot resume {checkpoint}: the config differs from the checkpoint's where it shapes the model, "
+            f"subwords, data or optimizer: {'; '.join(refused)}. Resume with the checkpoint's values, or start a new "
+            "run in another folder (hydra.run.dir=...)"
+        )
+    return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in differ if k != "train.resume"]
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay values."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, child in node.items():
+        out.update(flatten(child, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
 # --------------------------------------------------------------------------- the groups
 
 

@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import logging
 import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -89,9 +90,15 @@ def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
     return decode_lines(raw, str(path), errors)
 
 
+# C0 and C1 control characters but the tab (and the newline, which splits lines): NUL, escape,
+# vertical tab... Sentencepiece would make each an unknown piece and split the next word into letters.
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
     """Split UTF-8 bytes into lines at ``\\n`` only (not at the other characters ``str.splitlines``
     breaks on, such as ``\\x0b`` or ``\\u2028``), dropping one final empty line and trailing ``\\r``.
+    Control characters other than the tab become spaces, with one warning naming the lines.
 
     :param name: the file name used in error messages (e.g. ``<stdin>``).
     :param errors: ``strict`` or ``replace``, as for :func:`read_lines`.
@@ -99,16 +106,22 @@ def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    out = []
+    out, controlled = [], []
     for number, line in enumerate(lines, start=1):
         try:
-            text = line.decode("utf-8", errors=errors)
+            text = line.decode("utf-8", errors=errors).rstrip("\r")
         except UnicodeDecodeError as e:
             raise DataError(
                 f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start : e.start + 4]!r}); "
                 "re-encode the file as UTF-8"
             ) from None
-        out.append(text.rstrip("\r"))
+        if CONTROL_CHARACTERS.search(text):
+            text = CONTROL_CHARACTERS.sub(" ", text)
+            controlled.append(number)
+        out.append(text)
+    if controlled:
+        shown = ", ".join(map(str, controlled[:5])) + (f" and {len(controlled) - 5} more" if len(controlled) > 5 else "")
+        log.warning("%s: control characters (NUL, escape, ...) replaced by spaces on line(s) %s", name, shown)
     return out
 
 

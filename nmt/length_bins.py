@@ -28,6 +28,9 @@ from sacrebleu.significance import PairedTest
 
 FEW_SENTENCES = "few sentences"
 EMPTY = "empty"
+# No 4-gram can match (every reference, or the whole output, is under 4 tokens): corpus BLEU is 0
+# there even for a perfect translation, so the bin's BLEU says nothing; read its chrF instead.
+NO_NGRAMS = "too short for 4-grams"
 SIGNIFICANCE_TESTS = ("bs", "ar", "none")
 
 
@@ -140,7 +143,7 @@ class BinScore:
     chrf: float | None
     ci_low: float | None
     ci_high: float | None
-    flag: str | None  # None, "few sentences" or "empty"
+    flag: str | None  # None, "empty", or "few sentences" and/or "too short for 4-grams" joined by "; "
     p_value: float | None = None  # paired test against the baseline (None for the baseline itself)
 
 
@@ -172,7 +175,10 @@ def bin_scores(
         score = bleu_from_statistics(bleu, stats[members].sum(axis=0))
         chrf_score = chrf.corpus_score([hypotheses[i] for i in members], [[references[i] for i in members]]).score
         low, high = bootstrap_ci(bleu, stats[members], n_bootstrap, np.random.default_rng([seed, b + 1]))
-        flag = FEW_SENTENCES if len(members) < min_count else None
+        order = bleu.max_ngram_order
+        too_short = stats[members, 1].max() < order or stats[members, -1].sum() == 0  # reference lengths; top-order totals
+        flags = [name for name, on in ((FEW_SENTENCES, len(members) < min_count), (NO_NGRAMS, too_short)) if on]
+        flag = "; ".join(flags) or None
         out.append(BinScore(length_bin.lo, length_bin.hi, len(members), score, chrf_score, low, high, flag))
     return out
 

@@ -126,6 +126,7 @@ def score_systems(
             "variants": {v: _variant_score(v, hyps, references) for v in settings.variants},
             "bins": [asdict(s) for s in per_bin],
         }
+    _no_test_for_ties(report_systems)
     return {
         "num_sentences": len(references),
         "bin_by": settings.bin_by,
@@ -140,6 +141,20 @@ def score_systems(
         else None,  # None with one system or significance=none
         "systems": report_systems,
     }
+
+
+def _no_test_for_ties(systems: dict[str, dict]) -> None:
+    """A system scoring exactly the baseline's score (a bin, or BLEU/chrF overall) gets p = 1: there
+    is no difference to test. sacreBLEU's paired tests would report 1 / (resamples + 1) for such a
+    tie, which reads as significant."""
+    baseline, *others = systems.values()
+    for system in others:
+        for own, base in zip(system["bins"], baseline["bins"]):
+            if own["p_value"] is not None and own["bleu"] == base["bleu"]:
+                own["p_value"] = 1.0
+        for metric in list(system["p_value"] or {}):
+            if system[metric] == baseline[metric]:
+                system["p_value"][metric] = 1.0
 
 
 def _variant_score(variant: str, hypotheses: list[str], references: list[str]) -> dict:
@@ -177,7 +192,8 @@ def format_report(report: dict) -> str:
     for variant in systems[0]["variants"]:
         row = "".join(cell(s["variants"][variant]["bleu"], None, None, None) for s in systems)
         lines.append(f"{variant:<14}  {row}")
-    notes = [f"! fewer than {report['min_count']} sentences (or none)"]
+    notes = [f"! fewer than {report['min_count']} sentences (or none), or too short for 4-grams "
+             "(BLEU 0 whatever the output)"]
     if baseline is not None:
         notes.append(f"* p < 0.05 against {baseline} (paired {report['significance']['test']})")
     lines.append("   ".join(notes))

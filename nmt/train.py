@@ -29,7 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import distributed
-from nmt.config import instantiation_message, validate_config
+from nmt.config import flatten, instantiation_message, resume_changes, validate_config
 from nmt.corpora import DataError, load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
@@ -38,7 +38,7 @@ from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translat
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
-from nmt.utils import CONFIG_DIR, atomic_write_text, seed_everything, set_threads, setup_logging
+from nmt.utils import CONFIG_DIR, RUN_LOG_FORMAT, atomic_write_text, seed_everything, set_threads, setup_logging
 from nmt.vocab import Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger("nmt.train")
@@ -114,12 +114,17 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """
     validate_config(cfg)  # before anything is read or written
     run_dir, tcfg = Path(run_dir), cfg.train
+    resume = _resume_path(tcfg.resume, run_dir)
+    saved = load_checkpoint(resume) if resume is not None else None  # read, on the CPU
+    changes = resume_changes(saved["config"], cfg, resume) if saved is not None else []  # may refuse: nothing written yet
     job = distributed.setup(tcfg.device, tcfg.dist_backend)
     if job.is_main:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        setup_logging(run_dir / "train.log")
+        setup_logging(run_dir / "train.log", RUN_LOG_FORMAT)
         _remove_temporary_files(run_dir)
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        _write_run_config(run_dir, cfg, resume, changes)
+        if tcfg.resume == "auto" and resume is None:
+            log.info("train.resume=auto: no checkpoint at %s, so this is a new run", run_dir / "checkpoints" / "last.pt")
     else:  # warnings still reach the console; train.log (which Hydra opens on every rank) is rank 0's
         root = logging.getLogger()
         root.setLevel(logging.WARNING)
@@ -141,9 +146,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     ema = WeightAverage(model, tcfg.ema) if tcfg.ema else None
     averaged = lambda: ema.swapped_into(model) if ema is not None else nullcontext()  # noqa: E731
     progress = Progress()
-    resume = _resume_path(tcfg.resume, run_dir)
-    if resume is not None:
-        progress = _restore(resume, model, optimizer, scheduler, job, ema)
+    if saved is not None:
+        progress = _restore(saved, resume, model, optimizer, scheduler, job, ema)
+        del saved
     log.info("model: %s parameters on %s x %d process(es); %s; effective batch %d x %d x %d tokens",
              f"{model.num_parameters():,}", device, job.world_size, _describe(cfg.model), cfg.data.max_tokens,
              job.world_size, tcfg.accum_steps)  # fmt: skip
@@ -402,6 +407,23 @@ def _train_state(progress: Progress, optimizer, scheduler, job: Dist, trained: S
     }
 
 
+def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, changes: list[str]) -> None:
+    """``config.yaml`` (the resolved config this run trains with) and, under Hydra, ``.hydra/`` (the
+    composed config, Hydra's own and the overrides), written only once the config is accepted."""
+    header = ""
+    if resume is not None:
+        log.info("resuming from %s%s", resume, f" with changed settings, applied from now on: {'; '.join(changes)}"
+                 if changes else " with the same config")  # fmt: skip
+        header = "".join(f"# resumed from {resume}" + (" with changed settings:" if changes else "") + "\n")
+        header += "".join(f"#   {change}\n" for change in changes)
+    atomic_write_text(run_dir / "config.yaml", header + OmegaConf.to_yaml(cfg, resolve=True))
+    if HydraConfig.initialized():  # hydra.output_subdir is null so that Hydra writes nothing before this point
+        hydra_cfg = HydraConfig.get()
+        atomic_write_text(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+        atomic_write_text(run_dir / ".hydra" / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
+        atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(list(hydra_cfg.overrides.task)))
+
+
 def _remove_temporary_files(run_dir: Path) -> None:
     """Delete the temporary files of writes that a killed run left half done (``.<name>.*.tmp``,
     see :func:`nmt.utils.atomic_write`); the files under final names are always complete."""
@@ -420,8 +442,11 @@ def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _restore(path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist, ema: WeightAverage | None) -> Progress:
-    payload = load_checkpoint(path, job.device)
+def _restore(
+    payload: dict, path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist, ema: WeightAverage | None
+) -> Progress:
+    """Load the weights, optimizer, scheduler, average and random state of ``payload`` (read from
+    ``path``); :return: where training stood."""
     state = payload["train_state"]
     if state is None:
         raise CheckpointError(f"{path}: holds weights only (no optimizer state); it cannot be resumed")
@@ -454,22 +479,16 @@ def _describe(model_cfg: DictConfig) -> str:
 def _hparams(cfg: DictConfig) -> dict:
     flat = {}
     for section in ("model", "train", "data"):
-        for key, value in _flatten(OmegaConf.to_container(cfg[section], resolve=True), section).items():
+        for key, value in flatten(OmegaConf.to_container(cfg[section], resolve=True), section).items():
             flat[key] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
 
 
-def _flatten(node, prefix: str) -> dict:
-    if not isinstance(node, dict):
-        return {prefix: node}
-    out = {}
-    for key, value in node.items():
-        out.update(_flatten(value, f"{prefix}.{key}"))
-    return out
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
+    setup_logging(fmt=RUN_LOG_FORMAT)  # the console; train() adds <run>/train.log once the config is accepted
     try:
         results = train(cfg, HydraConfig.get().runtime.output_dir)
     except (DataError, CheckpointError, FloatingPointError, ValueError, OSError) as e:

@@ -68,6 +68,23 @@ def load_translator(ckpt: str | Path, device: torch.device) -> tuple[Seq2Seq, Vo
     return model.to(device), src_vocab, tgt_vocab, config
 
 
+def check_output_is_not_input(input_path: str, output_path: str) -> None:
+    """Refuse to write the translations over the source text: the same path, another spelling of
+    it, or a link to it (the output would replace the input only after it was read, but the user's
+    text would be gone)."""
+    if "-" in (input_path, output_path):
+        return
+    source, target = Path(input_path), Path(output_path)
+    same = source.resolve() == target.resolve()
+    if not same and source.exists() and target.exists():
+        same = os.path.samefile(source, target)  # hard links too
+    if same:
+        raise ValueError(
+            f"output={output_path} is the input file {input_path}: writing the translations there would destroy "
+            "the source text; choose another output file"
+        )
+
+
 def read_input(path: str, on_bad_utf8: str) -> list[str]:
     """Lines of ``path`` (``-`` = stdin), split at ``\\n`` only.
 
@@ -198,6 +215,7 @@ def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> Sear
 
 def translate(cfg: DictConfig) -> dict[str, float]:
     """Everything ``python -m nmt.translate`` does; returns the summary figures."""
+    check_output_is_not_input(cfg.input, cfg.output)
     lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)

@@ -71,12 +71,19 @@ def set_threads(num_threads: int) -> None:
         torch.set_num_threads(num_threads)
 
 
-def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO) -> None:
-    """Log to stderr and, when given, to ``log_file``, unless such handlers exist already (Hydra
-    installs its own: a console handler and ``<run>/<job name>.log``); safe to call more than once."""
+CONSOLE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # translate, evaluate: times only
+RUN_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # train.log: dates, for wall times
+
+
+def setup_logging(log_file: str | Path | None = None, fmt: str = CONSOLE_FORMAT, level: int = logging.INFO) -> None:
+    """Log to stderr and, when given, to ``log_file``, unless such handlers exist already; safe to
+    call more than once.
+
+    :param fmt: a ``logging`` format; :data:`CONSOLE_FORMAT` shows times, :data:`RUN_LOG_FORMAT` dates too.
+    """
     root = logging.getLogger()
     root.setLevel(level)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    fmt = logging.Formatter(fmt, "%H:%M:%S" if fmt == CONSOLE_FORMAT else None)
     if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(fmt)

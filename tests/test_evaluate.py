@@ -20,6 +20,7 @@ from nmt.evaluate import evaluate, parse_named, pick_sentences
 from nmt.length_bins import (
     EMPTY,
     FEW_SENTENCES,
+    NO_NGRAMS,
     LengthBin,
     assign_bins,
     bin_edges,
@@ -399,3 +400,22 @@ def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Pat
                                              f"out_dir={tmp_path / 'bad'}"])  # fmt: skip
     with pytest.raises(ValueError, match="split='train'"):
         evaluate(bad)
+
+
+def test_ties_are_never_called_significant_and_short_bins_are_flagged() -> None:
+    """Two systems with identical output tie everywhere: p = 1 and no '*'. A bin of 1-2 word
+    sentences scores BLEU 0 even for a perfect system: it is flagged, not silently reported."""
+    words = "ein hund rennt über die wiese und ein kind spielt mit dem ball im park".split()
+    gen = np.random.default_rng(0)
+    sources = [" ".join(gen.choice(words, size=n)) for n in [1, 2] * 20 + [12, 14, 16] * 20]
+    references = [s.upper() for s in sources]
+    report = score_systems(sources, references, {"a": references, "b": list(references)},
+                           LengthSettings(bins=(3,), min_count=10, n_bootstrap=0, significance="bs"))  # fmt: skip
+    short, long = report["systems"]["b"]["bins"]
+    assert short["bleu"] == 0.0 and short["flag"] == NO_NGRAMS, "a perfect system's short bin"
+    assert long["bleu"] == pytest.approx(100.0) and long["flag"] is None
+    assert short["p_value"] == long["p_value"] == 1.0
+    assert report["systems"]["b"]["p_value"] == {"bleu": 1.0, "chrf": 1.0}
+    table = format_report(report)
+    assert "*" not in table.split("\n! ")[0], table
+    assert "too short for 4-grams" in table

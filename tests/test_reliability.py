@@ -540,3 +540,83 @@ def test_truncated_last_checkpoint_is_refused_on_resume(corpus, cache, tmp_path:
     write_lines(last, ["not a checkpoint"])
     with pytest.raises(CheckpointError, match=f"{re.escape(str(last))}: not a readable checkpoint"):
         _train_in_process(_overrides(corpus, cache, "train.max_steps=2", "train.resume=auto"), tmp_path)
+
+
+# --------------------------------------------------------------------------- resuming with another config
+
+
+def _folder_state(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(corpus: ToyCorpus, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A run of 4 updates through the command line (so Hydra's own files are there too); (run, cache)."""
+    folder = tmp_path_factory.mktemp("resume_config")
+    run, cache = folder / "run", folder / "cache"
+    code, output = _finish(_start(_overrides(corpus, cache, "train.max_steps=4"), run))
+    assert code == 0, output[-3000:]
+    return run, cache
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (["model.emb_dim=48"], "model.emb_dim: 16 in the checkpoint, 48 now"),
+        (["train.optimizer.lr=1e-3"], "train.optimizer.lr: 0.01 in the checkpoint, 0.001 now"),
+        (["data.vocab.size=50", "train.seed=7"], "data.vocab.size: 40 in the checkpoint, 50 now; train.seed: 1234"),
+    ],
+    ids=["model", "learning_rate", "subwords_and_seed"],
+)
+def test_resume_with_a_changed_model_or_optimizer_is_refused_and_changes_nothing(
+    finished_run, corpus: ToyCorpus, change: list[str], named: str
+) -> None:
+    run, cache = finished_run
+    before = _folder_state(run)
+    code, output = _finish(_start(_overrides(corpus, cache, "train.max_steps=8", "train.resume=auto", *change), run))
+    assert code == 1 and "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and named in errors[0] and "cannot resume" in errors[0], output[-3000:]
+    assert _folder_state(run) == before, "config.yaml, .hydra/, train.log and checkpoints are left as they were"
+
+
+def test_resume_applies_changed_training_settings_and_says_so(finished_run, corpus: ToyCorpus, tmp_path: Path) -> None:
+    run, cache = finished_run
+    copy = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
+    _train_in_process(_overrides(corpus, cache, "train.max_steps=6", "train.resume=auto", "model.dropout=0.1"), copy)
+    log = (copy / "train.log").read_text()
+    assert "with changed settings, applied from now on:" in log
+    assert "model.dropout: 0.2 -> 0.1" in log and "train.max_steps: 4 -> 6" in log
+    config = (copy / "config.yaml").read_text()
+    assert config.startswith(f"# resumed from {copy / 'checkpoints' / 'last.pt'} with changed settings:")
+    assert "#   train.max_steps: 4 -> 6" in config and "max_steps: 6" in config
+    assert load_checkpoint(copy / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == 6
+
+
+def test_resume_auto_without_a_checkpoint_says_it_starts_a_new_run(corpus: ToyCorpus, tmp_path: Path) -> None:
+    run = tmp_path / "typo"
+    _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=1", "train.resume=auto"), run)
+    expected = f"train.resume=auto: no checkpoint at {run / 'checkpoints' / 'last.pt'}, so this is a new run"
+    assert expected in (run / "train.log").read_text()
+
+
+def test_resume_changes_sorts_keys_into_applied_and_refused() -> None:
+    from omegaconf import OmegaConf
+
+    from nmt.config import resume_changes
+
+    saved = {"model": {"emb_dim": 8, "decoder": {"output_dropout": 0.1}}, "data": {"dir": "/a", "max_tokens": 100},
+             "train": {"max_epochs": 2, "resume": None, "scheduler": {"gamma": 0.5}}}  # fmt: skip
+    same = OmegaConf.create(saved)
+    assert resume_changes(saved, same, "x.pt") == []
+    applied = OmegaConf.create(saved)
+    applied.model.decoder.output_dropout, applied.data.dir, applied.train.max_epochs = 0.3, "/b", 5
+    applied.train.resume = "auto"
+    assert resume_changes(saved, applied, "x.pt") == [
+        "data.dir: '/a' -> '/b'", "model.decoder.output_dropout: 0.1 -> 0.3", "train.max_epochs: 2 -> 5"]  # fmt: skip
+    for key, new in (("data.max_tokens", 200), ("train.scheduler.gamma", 0.1), ("model.emb_dim", 9)):
+        refused = OmegaConf.create(saved)
+        OmegaConf.update(refused, key, new)
+        with pytest.raises(ConfigError, match=rf"cannot resume x.pt: .*{re.escape(key)}: "):
+            resume_changes(saved, refused, "x.pt")

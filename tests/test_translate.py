@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -262,3 +263,38 @@ def test_the_checkpoints_own_decoding_is_the_default(smoke_run: SmokeRun, tmp_pa
     translate(translate_cfg(ckpt=ckpt, input=source, output=tmp_path / "one.txt", n_best=1))
     one = (tmp_path / "one.txt").read_text(encoding="utf-8").splitlines()
     assert len(one) == 4 and one == [text for index, _, text in rows[::2]], "beam 3 kept, n_best replaced"
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted", "symlink", "hardlink"])
+def test_output_that_is_the_input_is_refused_and_the_source_kept(
+    spelling: str, smoke_run: SmokeRun, tmp_path: Path
+) -> None:
+    source = tmp_path / "same.src"
+    text = "\n".join(smoke_run.test_src[:2]) + "\n"
+    source.write_text(text, encoding="utf-8")
+    if spelling == "same":
+        output = source
+    elif spelling == "dotted":
+        (tmp_path / "sub").mkdir()
+        output = tmp_path / "sub" / ".." / "same.src"
+    elif spelling == "symlink":
+        output = tmp_path / "link.src"
+        output.symlink_to(source)
+    else:
+        output = tmp_path / "hard.src"
+        os.link(source, output)
+    proc = _cli([f"ckpt={smoke_run.checkpoint}", f"input={source}", f"output={output}"], tmp_path)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "is the input file" in err and len(err.strip().splitlines()) == 1, err
+    assert source.read_text(encoding="utf-8") == text
+
+
+def test_control_characters_become_spaces_with_a_warning_naming_the_line(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    first, second = smoke_run.test_src[0].split(" ", 1)
+    raw = f"{smoke_run.test_src[1]}\n{first}\x00{second}\n".encode()
+    proc = _cli([f"ckpt={smoke_run.checkpoint}", "beam_size=1"], tmp_path, stdin=raw)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "<stdin>: control characters (NUL, escape, ...) replaced by spaces on line(s) 2" in proc.stderr.decode()
+    clean = _cli([f"ckpt={smoke_run.checkpoint}", "beam_size=1"], tmp_path, stdin=f"{smoke_run.test_src[0]}\n".encode())
+    assert proc.stdout.decode().split("\n")[1] == clean.stdout.decode().split("\n")[0], "NUL reads as the space"
