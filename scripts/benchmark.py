@@ -125,8 +125,11 @@ def main() -> None:
             dist.all_reduce(counts)
         seconds = time.perf_counter() - start
         rounds.append((seconds, *counts.tolist()))
+    # each rate is the median over rounds of that round's own ratio (not a ratio of two medians,
+    # which could come from different rounds)
+    rate = lambda i: statistics.median(r[i] / r[0] for r in rounds)  # noqa: E731
     seconds = statistics.median(r[0] for r in rounds)
-    tgt, src, sentences = (statistics.median(r[i] for r in rounds) for i in (1, 2, 3))
+    tgt, src, sentences = (sum(r[i] for r in rounds) for i in (1, 2, 3))
     mean_src_len = src / sentences
     per_tgt, per_src = analytic_macs(model, mean_src_len)
     flops_per_tgt = 3 * 2 * (per_tgt + per_src * src / tgt)  # forward + backward ~ 3 forward passes
@@ -137,13 +140,13 @@ def main() -> None:
         "threads_per_process": torch.get_num_threads(),
         "updates": args.updates,
         "repeats": args.repeats,
-        "tgt_tokens_per_s": tgt / seconds,
-        "src_tokens_per_s": src / seconds,
-        "sentences_per_s": sentences / seconds,
+        "tgt_tokens_per_s": rate(1),
+        "src_tokens_per_s": rate(2),
+        "sentences_per_s": rate(3),
         "s_per_update": seconds / args.updates,
         "peak_rss_gib_rank0": peak,
         "mflop_per_tgt_token": flops_per_tgt / 1e6,
-        "achieved_gflops": flops_per_tgt * tgt / seconds / 1e9,
+        "achieved_gflops": flops_per_tgt * rate(1) / 1e9,
         "machine_matmul_gflops_2048": machine,
         "machine_matmul_gflops_256x512x512": machine_step,
         "all_rounds_tgt_tokens_per_s": [r[1] / r[0] for r in rounds],
