@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import hydra
@@ -26,7 +26,7 @@ from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_chec
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import Hypothesis, SearchSettings, translate_ids
-from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
+from nmt.utils import CONFIG_DIR, atomic_write_text, provenance, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -204,12 +204,13 @@ def evaluate(cfg: DictConfig) -> dict:
     text, split = load_test_set(cfg, payloads)
     hyp_files = parse_named(cfg.hyps, "hyps")
     systems = {name: read_lines(path) for name, path in hyp_files.items()}
-    decoded = {}
+    decoded, searches = {}, {}
     for name, payload in payloads.items():
         if name in systems:
             raise ValueError(f"system name {name!r} is both in hyps and ckpt")
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
+        searches[name] = asdict(settings)
         decoded[name] = decode_sources(payload, text.src, settings, cfg.batch_size, device)
         systems[name] = decoded[name].hypotheses
         hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
@@ -222,11 +223,12 @@ def evaluate(cfg: DictConfig) -> dict:
         significance_samples=cfg.significance_samples, variants=tuple(cfg.variants),
     )  # fmt: skip
     report = {"src": text.src_path, "ref": text.tgt_path, "split": split,
-              **score_systems(text.src, text.tgt, systems, settings)}  # fmt: skip
+              **score_systems(text.src, text.tgt, systems, settings), "provenance": provenance()}  # fmt: skip
     figures = {"bleu_by_length": length_figure(report, title=split or Path(text.src_path).name)}
     picked = pick_sentences(list(cfg.alignments.sentences), cfg.alignments.num, len(text.src), cfg.seed)
     for name, system in report["systems"].items():
         system["hypotheses"], system["checkpoint"], system["attention"] = hyp_files[name], checkpoints.get(name), None
+        system["search"] = searches.get(name)  # the decoding of a checkpoint system (None for hypothesis files)
         result = decoded.get(name)
         if result is None or result.alignments is None:
             continue

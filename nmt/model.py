@@ -20,7 +20,7 @@ from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
 from nmt.loss import output_cross_entropy
-from nmt.utils import atomic_write_bytes
+from nmt.utils import atomic_write_bytes, provenance
 from nmt.vocab import EOS_ID, PAD_ID, UNK_ID, Vocab
 
 CHECKPOINT_FORMAT = "nmt-checkpoint"
@@ -176,6 +176,7 @@ def save_checkpoint(
         "model": model.state_dict(),
         "vocab": {"src": src_vocab.model_proto, "tgt": tgt_vocab.model_proto},
         "train_state": train_state,
+        "provenance": provenance(),
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)

@@ -38,7 +38,15 @@ from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translat
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
-from nmt.utils import CONFIG_DIR, RUN_LOG_FORMAT, atomic_write_text, seed_everything, set_threads, setup_logging
+from nmt.utils import (
+    CONFIG_DIR,
+    RUN_LOG_FORMAT,
+    atomic_write_text,
+    provenance,
+    seed_everything,
+    set_threads,
+    setup_logging,
+)
 from nmt.vocab import Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger("nmt.train")
@@ -377,7 +385,7 @@ def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path
     best = run_dir / "checkpoints" / "best.pt"
     if best.exists():
         model.load_state_dict(load_checkpoint(best, device)["model"])
-    results: dict[str, float] = {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
+    results: dict = {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
     for role, (split, _, references) in data.evaluation.items():
         if role == "valid":
             continue
@@ -386,6 +394,10 @@ def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path
         atomic_write_text(run_dir / "hypotheses" / f"{role}.txt", "".join(h + "\n" for h in hyps))
         results[f"{role}_bleu"], results[f"{role}_chrf"] = scores.bleu, scores.chrf
         log.info("%s: BLEU %.2f, chrF %.2f [%s]", role, scores.bleu, scores.chrf, scores.bleu_signature)
+        results["bleu_signature"] = scores.bleu_signature
+    results["checkpoint"] = str(best) if best.exists() else "the final weights"
+    results["search"] = asdict(settings)  # the decoding of these scores
+    results["provenance"] = provenance()
     return results
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -56,6 +57,33 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+PROVENANCE_PACKAGES = ("nmt", "torch", "sacrebleu", "sentencepiece", "datasets", "hydra-core")
+
+
+def provenance() -> dict[str, object]:
+    """What produced a result: package versions and, when the package runs from a git checkout,
+    its commit and whether the working tree had changes. Saved in checkpoints, ``results.json``
+    and ``eval.json`` so that a reported figure can be traced to its code."""
+    from importlib import metadata
+
+    versions = {}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    commit = dirty = None
+    root = Path(__file__).resolve().parents[1]
+    if (root / ".git").exists():
+        try:
+            git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,  # noqa: E731
+                                               timeout=10, check=True).stdout.strip()  # fmt: skip
+            commit, dirty = git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return {"versions": versions, "git_commit": commit, "git_dirty": dirty}
 
 
 def resolve_device(name: str) -> torch.device:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sacrebleu
 import torch
 from hydra import compose, initialize_config_dir
 from sacrebleu.metrics import BLEU, CHRF
@@ -380,6 +381,10 @@ def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Pa
         hyp_file = Path(report["systems"][name]["hypotheses"])
         assert hyp_file.parent == out / "hypotheses" and len(hyp_file.read_text().splitlines()) == 30
         assert report["systems"][name]["checkpoint"] == str(synthetic_checkpoints[name])
+        # the decoding that produced the scores: the given beam, the rest from the checkpoint
+        assert report["systems"][name]["search"] == {"beam_size": 2, "n_best": 1, "length_penalty": "gnmt",
+                                                     "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10}  # fmt: skip
+    assert report["provenance"]["versions"]["sacrebleu"] == sacrebleu.__version__
 
 
 def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:

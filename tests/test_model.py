@@ -98,6 +98,7 @@ def test_checkpoint_round_trip_gives_identical_outputs(trained_setup, tmp_path: 
     payload = load_checkpoint(path)
     assert payload["format"] == CHECKPOINT_FORMAT and payload["version"] == CHECKPOINT_VERSION
     assert payload["train_state"] == {"progress": {"step": 7}}
+    assert payload["provenance"]["versions"]["torch"] == torch.__version__
     assert isinstance(payload["config"], dict)
     assert payload["config"]["model"]["decoder"]["emb_dim"] == 16  # interpolations resolved
     loaded, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)

@@ -133,6 +133,8 @@ def test_ema_weights_are_validated_and_saved(compose_cfg, toy_corpus: ToyCorpus,
     nll, _ = teacher_forced_nll(model, valid, cfg.data.max_tokens, torch.device("cpu"))
     (logged,) = _scalars(tmp_path / "run" / "tensorboard").Scalars("valid/loss")
     assert logged.value == pytest.approx(nll, rel=1e-5)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())  # the scores name their decoding
+    assert results["search"] == OmegaConf.to_container(cfg.train.search) and results["provenance"]["versions"]["nmt"]
 
 
 @pytest.mark.slow
