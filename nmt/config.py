@@ -19,9 +19,10 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from nmt.corpora import MULTI30K_SPLITS, DataError, check_multi30k_pair
+from nmt.corpora import MULTI30K_SPLITS, check_multi30k_pair
 from nmt.model import build_model
 from nmt.search import LENGTH_PENALTIES
+from nmt.text import DataError
 
 VOCAB_TYPES = ("unigram", "bpe")
 MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones

@@ -13,12 +13,12 @@ import gzip
 import hashlib
 import logging
 import os
-import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
+from nmt.synthetic import synthetic_corpus
+from nmt.text import DataError, ParallelText, read_lines
 from nmt.utils import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -52,77 +52,7 @@ MULTI30K_SHA256 = {
 }
 
 
-class DataError(ValueError):
-    """Bad or missing input data; the message names the file, line or key and what to do."""
-
-
-@dataclass
-class ParallelText:
-    """One split of a parallel corpus: ``src[i]`` translates to ``tgt[i]``."""
-
-    src: list[str]
-    tgt: list[str]
-    src_path: str
-    tgt_path: str
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-
 # --------------------------------------------------------------------------- reading files
-
-
-def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
-    """Lines of a UTF-8 text file, gzipped (``.gz``) or plain, without their line endings.
-
-    :param errors: ``strict`` refuses undecodable bytes naming the file and line; ``replace``
-        substitutes U+FFFD.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read ({e}); is the file complete?") from e
-    return decode_lines(raw, str(path), errors)
-
-
-# C0 and C1 control characters but the tab (and the newline, which splits lines): NUL, escape,
-# vertical tab... Sentencepiece would make each an unknown piece and split the next word into letters.
-CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
-    """Split UTF-8 bytes into lines at ``\\n`` only (not at the other characters ``str.splitlines``
-    breaks on, such as ``\\x0b`` or ``\\u2028``), dropping one final empty line and trailing ``\\r``.
-    Control characters other than the tab become spaces, with one warning naming the lines.
-
-    :param name: the file name used in error messages (e.g. ``<stdin>``).
-    :param errors: ``strict`` or ``replace``, as for :func:`read_lines`.
-    """
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out, controlled = [], []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8", errors=errors).rstrip("\r")
-        except UnicodeDecodeError as e:
-            raise DataError(
-                f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start : e.start + 4]!r}); "
-                "re-encode the file as UTF-8"
-            ) from None
-        if CONTROL_CHARACTERS.search(text):
-            text = CONTROL_CHARACTERS.sub(" ", text)
-            controlled.append(number)
-        out.append(text)
-    if controlled:
-        shown = ", ".join(map(str, controlled[:5])) + (f" and {len(controlled) - 5} more" if len(controlled) > 5 else "")
-        log.warning("%s: control characters (NUL, escape, ...) replaced by spaces on line(s) %s", name, shown)
-    return out
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
@@ -242,8 +172,6 @@ def _read_corpus(data_cfg) -> dict[str, ParallelText]:
             corpus["test"] = read_parallel(data_cfg.test_src, data_cfg.test_tgt)
         return corpus
     if name == "synthetic":
-        from nmt.synthetic import synthetic_corpus
-
         return synthetic_corpus(
             seed=data_cfg.seed,
             vocab_size=data_cfg.words,

@@ -21,7 +21,7 @@ import datasets
 import numpy as np
 import torch
 
-from nmt.corpora import ParallelText
+from nmt.text import ParallelText
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)

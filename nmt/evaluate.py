@@ -20,12 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.alignment import attention_stats
-from nmt.corpora import DataError, ParallelText, load_corpus, load_multi30k, read_lines
+from nmt.corpora import load_corpus, load_multi30k
 from nmt.data import PairData
 from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.text import DataError, ParallelText, read_lines
 from nmt.utils import CONFIG_DIR, atomic_write_text, provenance, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 

@@ -1,17 +1,18 @@
-"""Figures from numpy arrays and labels (matplotlib, Agg backend): attention heatmaps, grids of
-them, and BLEU by sentence length with confidence intervals. Nothing here imports torch or the model."""
+"""Figures from numpy arrays and labels (matplotlib): attention heatmaps, grids of them, and BLEU by
+sentence length with confidence intervals. Nothing here imports torch or the model.
+
+Figures are plain ``matplotlib.figure.Figure`` objects, not pyplot's: importing this module
+changes no backend or global state (a notebook keeps its inline plots, and shows a returned figure
+as it shows any), and saving draws through the Agg canvas whatever the backend.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
 
 def attention_figure(
@@ -30,7 +31,8 @@ def attention_figure(
     own_figure = ax is None
     if own_figure:
         height, width = weights.shape
-        fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * width + 1.5), max(3.0, 0.35 * height + 1.0)))
+        fig = Figure(figsize=(max(3.0, 0.35 * width + 1.5), max(3.0, 0.35 * height + 1.0)))
+        ax = fig.subplots()
     else:
         fig = ax.figure
     ax.imshow(weights, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
@@ -60,7 +62,8 @@ def alignment_grid_figure(
     width = max(np.asarray(w).shape[1] for w, *_ in alignments)
     height = max(np.asarray(w).shape[0] for w, *_ in alignments)
     panel_w, panel_h = min(8.0, max(3.0, 0.12 * width + 1.5)), min(8.0, max(3.0, 0.12 * height + 1.2))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols, panel_h * nrows), squeeze=False)
+    fig = Figure(figsize=(panel_w * ncols, panel_h * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     small = max(width, height) > 30  # long sentences: label every token in a smaller font
     for ax, (weights, src_labels, tgt_labels, panel_title) in zip(axes.flat, alignments):
         attention_figure(weights, src_labels, tgt_labels, title=panel_title, ax=ax)
@@ -95,7 +98,8 @@ def bleu_by_length_figure(
         raise ValueError(f"{len(counts)} counts for {num_bins} bins")
     x = np.arange(num_bins, dtype=float)
     few = np.asarray(counts) < min_count
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * num_bins + 2.5), 4.0))
+    fig = Figure(figsize=(max(5.0, 1.1 * num_bins + 2.5), 4.0))
+    ax = fig.subplots()
     offsets = np.linspace(-0.12, 0.12, len(systems)) if len(systems) > 1 else [0.0]
     for offset, (name, values) in zip(offsets, systems.items()):
         values = np.asarray(values, dtype=float)
@@ -123,10 +127,9 @@ def bleu_by_length_figure(
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Save as PNG through a temporary name, then close the figure."""
+    """Save as PNG through a temporary name (the figure is left as it is)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110)
     tmp.replace(path)
-    plt.close(fig)

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from nmt import distributed
 from nmt.config import flatten, instantiation_message, resume_changes, validate_config
-from nmt.corpora import DataError, load_corpus
+from nmt.corpora import load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
 from nmt.ema import WeightAverage
@@ -38,6 +38,7 @@ from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translat
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
+from nmt.text import DataError
 from nmt.utils import (
     CONFIG_DIR,
     RUN_LOG_FORMAT,

@@ -24,10 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from nmt.corpora import DataError, decode_lines, read_lines
 from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import attention_figure, save_figure
 from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.text import DataError, decode_lines, read_lines
 from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import random
+import secrets
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -15,8 +15,6 @@ from typing import IO
 import numpy as np
 import torch
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 # The Hydra configs live next to the package (an editable install keeps them there).
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -30,9 +28,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # mode 0666 minus the umask, as for any new file (mkstemp would make it 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions of a new file
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

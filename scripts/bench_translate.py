@@ -27,9 +27,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 
-from nmt.corpora import multi30k_file, read_lines, read_parallel
+from nmt.corpora import multi30k_file, read_parallel
 from nmt.model import build_model
 from nmt.search import SearchSettings
+from nmt.text import read_lines
 from nmt.translate import load_translator, translate_lines
 from nmt.utils import resolve_device, seed_everything, set_threads
 from nmt.vocab import VocabSettings, build_vocabs

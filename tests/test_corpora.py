@@ -15,14 +15,13 @@ from omegaconf import OmegaConf
 
 from nmt.corpora import (
     MULTI30K_ENV,
-    DataError,
     check_multi30k_pair,
     load_corpus,
     load_multi30k,
     multi30k_file,
-    read_lines,
     read_parallel,
 )
+from nmt.text import DataError, read_lines
 
 LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]
 

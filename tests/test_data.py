@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import ToyCorpus
 
-from nmt.corpora import ParallelText
 from nmt.data import PairData, filter_training_pairs, shard, tokenize
+from nmt.text import ParallelText
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 

@@ -94,3 +94,34 @@ def test_bleu_by_length_figure_checks_shapes() -> None:
         bleu_by_length_figure(["a", "b"], [1, 2], {"x": np.zeros((3, 3))})
     with pytest.raises(ValueError, match="counts"):
         bleu_by_length_figure(["a", "b"], [1], {"x": np.zeros((2, 3))})
+
+
+def test_importing_nmt_changes_no_process_wide_state(tmp_path: Path) -> None:
+    """A notebook keeps its matplotlib backend when nmt is imported, and files nmt writes follow the
+    umask of the moment they are written (not one read when nmt was imported)."""
+    code = (
+        "import os, sys, matplotlib\n"
+        "matplotlib.use('svg')\n"
+        "import nmt.plotting, nmt.report, nmt.train, nmt.translate, nmt.evaluate\n"
+        "from nmt.utils import atomic_write_text\n"
+        "os.umask(0o077)\n"
+        "atomic_write_text(sys.argv[1], 'x')\n"
+        "print(matplotlib.get_backend(), oct(os.stat(sys.argv[1]).st_mode & 0o777))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f.txt")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["svg", oct(0o600)]
+
+
+def test_figures_render_without_pyplot(tmp_path: Path) -> None:
+    fig = attention_figure(np.eye(3), ["a", "b", "</s>"], ["x", "y", "</s>"], title="t")
+    assert not plt_figures(), "no figure is registered with pyplot"
+    save_figure(fig, tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def plt_figures() -> list[int]:
+    import matplotlib.pyplot as plt
+
+    return plt.get_fignums()

@@ -34,8 +34,8 @@ import nmt.model
 import nmt.train
 import nmt.utils
 from nmt.config import ConfigError, instantiation_message
-from nmt.corpora import DataError
 from nmt.model import CheckpointError, build_model, load_checkpoint
+from nmt.text import DataError
 from nmt.train import Objective, prepare_data, train
 
 STEPS, EVAL_EVERY = 40, 4  # ~3 epochs of 14 updates; a checkpoint every 4 updates

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.corpora import DataError, decode_lines
 from nmt.model import CheckpointError, build_model, load_checkpoint, model_from_checkpoint, save_checkpoint
 from nmt.search import SearchSettings
+from nmt.text import DataError, decode_lines
 from nmt.translate import format_translations, load_translator, read_input, translate, translate_lines
 
 CPU = torch.device("cpu")

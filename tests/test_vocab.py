@@ -11,7 +11,7 @@ import sentencepiece as spm
 from conftest import DICTIONARY, ToyCorpus, write_lines
 
 import nmt.vocab
-from nmt.corpora import read_lines
+from nmt.text import read_lines
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, VocabSettings, build_vocabs, train_sentencepiece
 
 SETTINGS = VocabSettings(type="unigram", size=60, joint=True, character_coverage=1.0)
