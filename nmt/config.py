@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from nmt.corpora import MULTI30K_SPLITS, check_multi30k_pair
+from nmt.errors import ConfigError, instantiation_message
 from nmt.model import build_model
 from nmt.search import LENGTH_PENALTIES
 from nmt.text import DataError
@@ -28,10 +29,6 @@ VOCAB_TYPES = ("unigram", "bpe")
 MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones
 DATA_NAMES = ("multi30k", "files", "synthetic")
 _ABSENT = object()
-
-
-class ConfigError(ValueError):
-    """An invalid config value; the message names the key, the value and the accepted values."""
 
 
 def validate_config(cfg: DictConfig) -> None:
@@ -226,18 +223,6 @@ def _check_instantiation(cfg: DictConfig) -> None:
             scheduler(optimizer)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"train.scheduler: {e}") from None
-
-
-def instantiation_message(error: InstantiationException) -> str:
-    """One line for Hydra's multi-line ``InstantiationException``: the config key, the class, and
-    the constructor's own message, e.g. ``model.attention (nmt.attention.LuongDotAttention): ...``."""
-    lines = [line.strip() for line in str(error).strip().splitlines()]
-    key = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), "")
-    target = lines[0].split("'")[1] if lines and lines[0].count("'") >= 2 else ""
-    where = f"{key} ({target})" if key and target else key or target or "instantiate"
-    cause = error.__cause__
-    what = str(cause) if cause is not None else " ".join(lines)
-    return f"{where}: {' '.join(what.split())}"
 
 
 # --------------------------------------------------------------------------- single keys

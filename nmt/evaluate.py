@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,7 +21,8 @@ from sacrebleu.metrics import BLEU, CHRF
 from nmt.alignment import attention_stats
 from nmt.corpora import load_corpus, load_multi30k
 from nmt.data import PairData
-from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
+from nmt.errors import CheckpointError, command_errors
+from nmt.model import Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import Hypothesis, SearchSettings, translate_ids
@@ -210,9 +210,12 @@ def evaluate(cfg: DictConfig) -> dict:
         if name in systems:
             raise ValueError(f"system name {name!r} is both in hyps and ckpt")
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
-        settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
+        try:
+            settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
+            decoded[name] = decode_sources(payload, text.src, settings, cfg.batch_size, device)
+        except (CheckpointError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{checkpoints[name]}: {e if isinstance(e, CheckpointError) else repr(e)}") from None
         searches[name] = asdict(settings)
-        decoded[name] = decode_sources(payload, text.src, settings, cfg.batch_size, device)
         systems[name] = decoded[name].hypotheses
         hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
         atomic_write_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
@@ -245,11 +248,8 @@ def evaluate(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
-    try:
+    with command_errors(logging.getLogger("nmt")):
         report = evaluate(cfg)
-    except (DataError, CheckpointError, ValueError) as e:
-        logging.getLogger("nmt").error("%s", e)
-        sys.exit(1)
     print(format_report(report))  # the table is the command's output
     log.info("wrote %s", Path(cfg.out_dir) / "eval.json")
 

@@ -14,11 +14,13 @@ from typing import Any
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
 from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
+from nmt.errors import CheckpointError
 from nmt.loss import output_cross_entropy
 from nmt.utils import atomic_write_bytes, provenance
 from nmt.vocab import EOS_ID, PAD_ID, UNK_ID, Vocab
@@ -145,11 +147,6 @@ def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int)
 # --------------------------------------------------------------------------- checkpoints
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, truncated, corrupt, foreign or of another version, or that
-    cannot be written (e.g. the disk is full)."""
-
-
 def save_checkpoint(
     path: str | Path,
     model: nn.Module,
@@ -211,15 +208,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:
-    """Rebuild the model, vocabularies and config of a loaded checkpoint (model in eval mode)."""
-    config = OmegaConf.create(payload["config"])
-    src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
+    """Rebuild the model, vocabularies and config of a loaded checkpoint (model in eval mode).
+
+    :raise CheckpointError: one line for anything that stops the rebuild (e.g. a config written by
+        another version of nmt, or weights of another shape).
+    """
     _check_targets(payload["config"].get("model"))  # the config must not name code outside nmt
-    model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+    try:
+        config = OmegaConf.create(payload["config"])
+        src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
+        model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, OmegaConfBaseException,
+            hydra.errors.HydraException) as e:  # fmt: skip
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(
+            f"cannot rebuild the model from the config stored in the checkpoint ({type(e).__name__}: {first}); "
+            "was it written by another version of nmt?"
+        ) from None
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {e}") from None
+        message = " ".join(str(e).split())  # one line, even for torch's list of missing keys
+        message = message if len(message) < 400 else message[:400] + " ..."
+        raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {message}") from None
     return model.eval(), src_vocab, tgt_vocab, config
 
 

@@ -12,11 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt.errors import DataError
+
 log = logging.getLogger(__name__)
-
-
-class DataError(ValueError):
-    """Bad or missing input data; the message names the file, line or key and what to do."""
 
 
 @dataclass

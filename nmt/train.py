@@ -21,7 +21,6 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
@@ -29,16 +28,16 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import distributed
-from nmt.config import flatten, instantiation_message, resume_changes, validate_config
+from nmt.config import flatten, resume_changes, validate_config
 from nmt.corpora import load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
 from nmt.ema import WeightAverage
+from nmt.errors import command_errors
 from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
 from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
-from nmt.text import DataError
 from nmt.utils import (
     CONFIG_DIR,
     RUN_LOG_FORMAT,
@@ -502,17 +501,10 @@ def _hparams(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
     setup_logging(fmt=RUN_LOG_FORMAT)  # the console; train() adds <run>/train.log once the config is accepted
+    interrupted = "interrupted: stopped without saving (checkpoints/last.pt, if any, is complete)"  # a 2nd Ctrl-C
     try:
-        results = train(cfg, HydraConfig.get().runtime.output_dir)
-    except (DataError, CheckpointError, FloatingPointError, ValueError, OSError) as e:
-        logging.getLogger("nmt").error("%s", e)
-        sys.exit(1)
-    except InstantiationException as e:  # Hydra's message spans lines; the cause is what matters
-        logging.getLogger("nmt").error("%s", instantiation_message(e))
-        sys.exit(1)
-    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
-        logging.getLogger("nmt").error("interrupted: stopped without saving (checkpoints/last.pt, if any, is complete)")
-        sys.exit(130)
+        with command_errors(logging.getLogger("nmt"), interrupted):
+            results = train(cfg, HydraConfig.get().runtime.output_dir)
     finally:
         distributed.teardown()
     best = results.get("best_valid_bleu", float("nan"))

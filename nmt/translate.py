@@ -21,9 +21,9 @@ import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
+from nmt.errors import ConfigError, command_errors
 from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import attention_figure, save_figure
 from nmt.search import Hypothesis, SearchSettings, translate_ids
@@ -57,14 +57,7 @@ def load_translator(ckpt: str | Path, device: torch.device) -> tuple[Seq2Seq, Vo
     try:
         model, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)
     except CheckpointError as e:
-        message = " ".join(str(e).split())  # one line, even for torch's list of missing keys
-        raise CheckpointError(f"{ckpt}: {message if len(message) < 400 else message[:400] + ' ...'}") from None
-    except (KeyError, TypeError, ValueError, AttributeError, OmegaConfBaseException, hydra.errors.HydraException) as e:
-        raise CheckpointError(
-            f"{ckpt}: cannot rebuild the model from the config stored in the checkpoint "
-            f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
-            "was it written by another version of nmt?"
-        ) from None
+        raise CheckpointError(f"{ckpt}: {e}") from None
     return model.to(device), src_vocab, tgt_vocab, config
 
 
@@ -258,16 +251,14 @@ def translate(cfg: DictConfig) -> dict[str, float]:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
-    try:
-        if OmegaConf.is_missing(cfg, "ckpt"):
-            raise ValueError("ckpt is required: python -m nmt.translate ckpt=RUN/checkpoints/best.pt ...")
-        translate(cfg)
-    except BrokenPipeError:  # e.g. `... | head`: the reader left, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        sys.exit(0)
-    except (CheckpointError, DataError, ValueError, OSError) as e:
-        log.error("%s", e)
-        sys.exit(1)
+    with command_errors(log):
+        try:
+            if OmegaConf.is_missing(cfg, "ckpt"):
+                raise ConfigError("ckpt is required: python -m nmt.translate ckpt=RUN/checkpoints/best.pt ...")
+            translate(cfg)
+        except BrokenPipeError:  # e.g. `... | head`: the reader left, which is not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            sys.exit(0)
 
 
 if __name__ == "__main__":

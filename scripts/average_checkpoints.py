@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from nmt.errors import command_errors
 from nmt.model import CheckpointError, load_checkpoint, model_from_checkpoint, save_checkpoint
 from nmt.utils import setup_logging
 
@@ -51,7 +52,10 @@ def average_checkpoints(paths: list[Path], output: Path) -> None:
                 raise CheckpointError(f"non-float tensor {name} differs between the checkpoints; cannot average")
             averaged[name] = tensor
     last = payloads[-1]
-    model, src_vocab, tgt_vocab, config = model_from_checkpoint({**last, "model": averaged})
+    try:
+        model, src_vocab, tgt_vocab, config = model_from_checkpoint({**last, "model": averaged})
+    except CheckpointError as e:
+        raise CheckpointError(f"{paths[-1]}: {e}") from None
     save_checkpoint(output, model, config, src_vocab, tgt_vocab, train_state=None)
 
 
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="default: <run>/checkpoints/averaged.pt")
     args = parser.parse_args(argv)
     setup_logging()
-    try:
+    with command_errors(log):
         if len(args.inputs) == 1 and args.inputs[0].is_dir():
             if args.last < 1:
                 raise CheckpointError(f"--last {args.last}: must be at least 1")
@@ -71,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
             paths = args.inputs
         output = args.output or paths[-1].parent / "averaged.pt"
         average_checkpoints(paths, output)
-    except CheckpointError as e:
-        log.error("%s", e)
-        return 1
     log.info("averaged %d checkpoints (%s) into %s", len(paths), ", ".join(p.name for p in paths), output)
     return 0
 

@@ -404,8 +404,8 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
     assert code != 0 and message in output, output[-3000:]
     assert "Traceback" not in output
     assert not (run / "checkpoints").exists() and not (run / "tensorboard").exists()
-    if name == "invalid value":  # refused by nmt (not Hydra): one line, exit code 1
-        assert code == 1 and len([line for line in output.splitlines() if "ERROR" in line]) == 1, output
+    if name == "invalid value":  # refused by nmt (not Hydra): one line, exit status 2
+        assert code == 2 and len([line for line in output.splitlines() if "ERROR" in line]) == 1, output
 
 
 @pytest.mark.parametrize(
@@ -574,7 +574,7 @@ def test_resume_with_a_changed_model_or_optimizer_is_refused_and_changes_nothing
     run, cache = finished_run
     before = _folder_state(run)
     code, output = _finish(_start(_overrides(corpus, cache, "train.max_steps=8", "train.resume=auto", *change), run))
-    assert code == 1 and "Traceback" not in output, output[-3000:]
+    assert code == 2 and "Traceback" not in output, output[-3000:]
     errors = [line for line in output.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and named in errors[0] and "cannot resume" in errors[0], output[-3000:]
     assert _folder_state(run) == before, "config.yaml, .hydra/, train.log and checkpoints are left as they were"

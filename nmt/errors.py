@@ -1,0 +1,66 @@
+"""The errors a user can fix, and the one way every command reports them.
+
+:class:`ConfigError`, :class:`DataError` and :class:`CheckpointError` carry one line that names the
+key, file or line and says what to do. :func:`command_errors` wraps a command's work: such an error
+(or a ``ValueError`` from a setting, or Hydra's instantiation error) becomes that one line and exit
+status 2; a failure of the machine (a full disk, a non-finite loss) one line and status 1; a second
+Ctrl-C status 130. No traceback in any of these cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hydra.errors import InstantiationException
+
+USAGE_ERROR, FAILURE, INTERRUPTED = 2, 1, 130
+
+
+class ConfigError(ValueError):
+    """An invalid config value; the message names the key, the value and the accepted values."""
+
+
+class DataError(ValueError):
+    """Bad or missing input data; the message names the file, line or key and what to do."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, truncated, corrupt, foreign or of another version, or that
+    cannot be written (e.g. the disk is full)."""
+
+
+def instantiation_message(error: InstantiationException) -> str:
+    """One line for Hydra's multi-line ``InstantiationException``: the config key, the class, and
+    the constructor's own message, e.g. ``model.attention (nmt.attention.LuongDotAttention): ...``."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    key = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), "")
+    target = lines[0].split("'")[1] if lines and lines[0].count("'") >= 2 else ""
+    where = f"{key} ({target})" if key and target else key or target or "instantiate"
+    cause = error.__cause__
+    what = str(cause) if cause is not None else " ".join(lines)
+    return f"{where}: {' '.join(what.split())}"
+
+
+@contextmanager
+def command_errors(log: logging.Logger, interrupted: str = "interrupted") -> Iterator[None]:
+    """Report what goes wrong inside the block as one line on ``log`` and exit (see module docstring).
+
+    :param interrupted: the line for a KeyboardInterrupt that reaches the block's end.
+    """
+    try:
+        yield
+    except InstantiationException as e:
+        log.error("%s", instantiation_message(e))
+        sys.exit(USAGE_ERROR)
+    except (ConfigError, DataError, CheckpointError, ValueError) as e:
+        log.error("%s", " ".join(str(e).split()))
+        sys.exit(USAGE_ERROR)
+    except (OSError, FloatingPointError) as e:
+        log.error("%s", " ".join(str(e).split()))
+        sys.exit(FAILURE)
+    except KeyboardInterrupt:
+        log.error("%s", interrupted)
+        sys.exit(INTERRUPTED)

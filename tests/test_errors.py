@@ -1,0 +1,62 @@
+"""One error path for every command: a checkpoint, config or data problem is one line without a
+traceback and exit status 2 in train, translate, evaluate and the averaging script alike."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, SmokeRun
+
+from nmt.errors import CheckpointError, ConfigError, DataError, command_errors
+from nmt.model import load_checkpoint
+
+
+def _incomplete_checkpoint(smoke_run: SmokeRun, folder: Path) -> Path:
+    """An nmt checkpoint whose config lacks most of the model (as if written by another version)."""
+    payload = load_checkpoint(smoke_run.checkpoint)
+    path = folder / "step00000001.pt"
+    torch.save({**payload, "config": {"model": {"dropout": 0.1}, "train": {}}}, path)
+    return path
+
+
+COMMANDS = {
+    "translate": lambda ckpt, tmp: ["-m", "nmt.translate", f"ckpt={ckpt}", f"input={tmp / 'in.txt'}"],
+    "evaluate": lambda ckpt, tmp: ["-m", "nmt.evaluate", f"ckpt={ckpt}", f"src={tmp / 'in.txt'}",
+                                   f"ref={tmp / 'in.txt'}", f"out_dir={tmp / 'out'}"],  # fmt: skip
+    "average": lambda ckpt, tmp: [str(REPO_ROOT / "scripts" / "average_checkpoints.py"), str(ckpt), str(ckpt),
+                                  "--output", str(tmp / "avg.pt")],  # fmt: skip
+    "train": lambda ckpt, tmp: ["-m", "nmt.train", "experiment=smoke", f"train.resume={ckpt}",
+                                f"hydra.run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}"],  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_bad_checkpoint_is_one_line_and_status_2_everywhere(command: str, smoke_run: SmokeRun, tmp_path: Path) -> None:
+    ckpt = _incomplete_checkpoint(smoke_run, tmp_path)
+    (tmp_path / "in.txt").write_text("toga sala\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, *COMMANDS[command](ckpt, tmp_path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    errors = [line for line in output.splitlines() if "ERROR" in line]
+    assert proc.returncode == 2 and "Traceback" not in output, output[-3000:]
+    assert len(errors) == 1 and str(ckpt) in errors[0], output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(ConfigError("k=1: bad"), 2), (DataError("f, line 2: bad"), 2), (CheckpointError("c.pt: bad"), 2),
+     (ValueError("bad\nvalue"), 2), (OSError(28, "No space left on device"), 1), (KeyboardInterrupt(), 130)],
+)  # fmt: skip
+def test_command_errors_maps_each_error_to_one_line_and_a_status(error: BaseException, status: int, caplog) -> None:
+    log = logging.getLogger("test_errors")
+    with caplog.at_level(logging.ERROR, logger="test_errors"), pytest.raises(SystemExit) as exit_info:
+        with command_errors(log, interrupted="stopped"):
+            raise error
+    assert exit_info.value.code == status
+    (record,) = caplog.records
+    assert "\n" not in record.getMessage() and record.getMessage()
