@@ -9,14 +9,16 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 import torch
 
-# The Hydra configs live next to the package (an editable install keeps them there).
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+# The Hydra configs: the package nmt.configs, which is configs/ of the checkout in an editable
+# install and site-packages/nmt/configs/ in a wheel (pyproject.toml maps the one to the other).
+CONFIG_DIR = str(resources.files("nmt.configs"))
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
