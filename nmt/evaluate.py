@@ -1,14 +1,12 @@
-"""Scoring translations: sacreBLEU corpus BLEU and chrF on detokenized text (Post 2018), the
-teacher-forced loss of a split, and ``python -m nmt.evaluate``: several systems (hypothesis files
-or checkpoints) scored overall and by sentence length (:mod:`nmt.report`, :mod:`nmt.length_bins`),
-with paired significance, a BLEU-by-length plot, and attention maps and statistics
-(:mod:`nmt.alignment`).
+"""``python -m nmt.evaluate``: several systems (hypothesis files or checkpoints) scored overall and
+by sentence length (:mod:`nmt.report`, :mod:`nmt.length_bins`), with paired significance, a
+BLEU-by-length plot, and attention maps and statistics (:mod:`nmt.alignment`). The scores that
+training uses too live in :mod:`nmt.metrics`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,76 +14,18 @@ import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.alignment import attention_stats
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.corpora import load_corpus, load_multi30k
-from nmt.data import PairData
 from nmt.errors import CheckpointError, command_errors
-from nmt.model import Seq2Seq, load_checkpoint, model_from_checkpoint
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
-from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.search import SearchSettings, translate_ids
 from nmt.text import DataError, ParallelText, read_lines
 from nmt.utils import CONFIG_DIR, atomic_write_text, provenance, resolve_device, set_threads, setup_logging
-from nmt.vocab import Vocab
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CorpusScores:
-    """Corpus-level scores with their sacreBLEU signatures."""
-
-    bleu: float
-    chrf: float
-    bleu_signature: str
-    chrf_signature: str
-
-
-def corpus_scores(hypotheses: list[str], references: list[str]) -> CorpusScores:
-    """sacreBLEU corpus BLEU (13a tokenization, cased) and chrF of detokenized text."""
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    bleu, chrf = BLEU(), CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return CorpusScores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()))
-
-
-@torch.no_grad()
-def teacher_forced_nll(model: Seq2Seq, data: PairData, max_tokens: int, device: torch.device) -> tuple[float, int]:
-    """Mean negative log-likelihood per target token (EOS included) and the token count."""
-    model.eval()
-    total, tokens = 0.0, 0
-    for indices in data.token_batches(max_tokens, shuffle=False):
-        batch = data.collate(indices).to(device)
-        _, nll = model.loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, 0.0)  # fused, real tokens only
-        total, tokens = total + float(nll), tokens + batch.num_tgt_tokens
-    return total / max(tokens, 1), tokens
-
-
-def translate_data(
-    model: Seq2Seq,
-    data: PairData,
-    tgt_vocab: Vocab,
-    settings: SearchSettings,
-    batch_size: int,
-    device: torch.device,
-    return_attention: bool = False,
-) -> tuple[list[str], list[Hypothesis]]:
-    """Decode every source of ``data``; return detokenized best hypotheses and the hypotheses."""
-    src_ids = [ids.tolist() for ids in data.src_ids]
-    nbest = translate_ids(model, src_ids, settings, batch_size, device, return_attention)
-    best = [hyps[0] if hyps else Hypothesis([], float("-inf")) for hyps in nbest]
-    return [tgt_vocab.decode(h.tokens) for h in best], best
-
-
-def perplexity(nll: float) -> float:
-    return math.exp(min(nll, 50.0))
-
-
-# --------------------------------------------------------------------------- checkpoints and the CLI
 
 
 @dataclass

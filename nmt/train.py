@@ -28,14 +28,15 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import distributed
+from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.config import flatten, resume_changes, validate_config
 from nmt.corpora import load_corpus
 from nmt.data import Batch, PairData, filter_training_pairs, shard, tokenize
 from nmt.distributed import Dist
 from nmt.ema import WeightAverage
-from nmt.errors import command_errors
-from nmt.evaluate import corpus_scores, perplexity, teacher_forced_nll, translate_data
-from nmt.model import CheckpointError, Seq2Seq, build_model, load_checkpoint, save_checkpoint
+from nmt.errors import CheckpointError, command_errors
+from nmt.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
+from nmt.model import Seq2Seq, build_model
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
 from nmt.utils import (

@@ -23,8 +23,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from nmt.checkpoint import load_model
 from nmt.errors import ConfigError, command_errors
-from nmt.model import CheckpointError, Seq2Seq, load_checkpoint, model_from_checkpoint
+from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure, save_figure
 from nmt.search import Hypothesis, SearchSettings, translate_ids
 from nmt.text import DataError, decode_lines, read_lines
@@ -46,19 +47,6 @@ class Translation:
 
     src_ids: list[int]
     hypotheses: list[Hypothesis]
-
-
-def load_translator(ckpt: str | Path, device: torch.device) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:
-    """Model (eval mode, on ``device``), source and target vocabularies and config of a checkpoint.
-
-    :raise CheckpointError: for any checkpoint that cannot be used, with one clear message.
-    """
-    payload = load_checkpoint(ckpt, map_location="cpu")  # weights_only=True: runs no code
-    try:
-        model, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)
-    except CheckpointError as e:
-        raise CheckpointError(f"{ckpt}: {e}") from None
-    return model.to(device), src_vocab, tgt_vocab, config
 
 
 def check_output_is_not_input(input_path: str, output_path: str) -> None:
@@ -213,7 +201,7 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
-    model, src_vocab, tgt_vocab, config = load_translator(cfg.ckpt, device)
+    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
     load_seconds = time.perf_counter() - start
     settings = settings_from_config(cfg, config)
     if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:

@@ -1,11 +1,6 @@
 """Subword vocabularies: sentencepiece (Kudo & Richardson 2018) unigram or BPE models.
 
-Every model made here has the same four special ids, which the rest of the package relies on:
-
-    PAD_ID = 0   padding, never produced by the model (its logit is masked in search)
-    UNK_ID = 1   unknown piece
-    BOS_ID = 2   start of a target sentence (decoder input at step 1)
-    EOS_ID = 3   end of a sentence (appended to sources and targets)
+Every model made here has the four special ids of :mod:`nmt.tokens` (pad 0, unk 1, bos 2, eos 3).
 
 Models are trained on the training split only, and cached under a key made from the training text
 and the settings, so that a second run on the same data (whatever the file names) reuses them.
@@ -23,11 +18,11 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from nmt.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.utils import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
 class Vocab:

@@ -27,11 +27,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 
+from nmt.checkpoint import load_model
 from nmt.corpora import multi30k_file, read_parallel
 from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.text import read_lines
-from nmt.translate import load_translator, translate_lines
+from nmt.translate import translate_lines
 from nmt.utils import resolve_device, seed_everything, set_threads
 from nmt.vocab import VocabSettings, build_vocabs
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         model = model.to(device)
         max_len_a, max_len_b = 1.0, 0
     else:
-        model, src_vocab, tgt_vocab, cfg = load_translator(args.ckpt, device)
+        model, src_vocab, tgt_vocab, cfg = load_model(args.ckpt, device)
         max_len_a, max_len_b = cfg.train.search.max_len_a, cfg.train.search.max_len_b
     load_seconds = time.perf_counter() - start
     args.max_src_len = cfg.data.max_len

@@ -73,6 +73,9 @@ def test_interpolated_sizes_follow_the_shared_values(compose_cfg) -> None:
                         (cfg.model.decoder, ("emb_dropout", "hidden_dropout", "output_dropout"))):  # fmt: skip
         assert all(node[name] == 0.25 for name in names)
     assert cfg.model.decoder.state_dropout == 0.0  # its own default: the reference model has none
+    model = build_model(cfg.model, 30, 30)
+    assert model.encoder.embedding.embedding_dim == 48
+    assert model.decoder.attention.query_proj.in_features == 100
 
 
 def test_separate_dropout_rates_reach_their_layers(compose_cfg) -> None:
@@ -83,9 +86,6 @@ def test_separate_dropout_rates_reach_their_layers(compose_cfg) -> None:
     enc, dec = model.encoder, model.decoder
     assert (enc.emb_dropout.p, enc.hidden_dropout.p, enc.rnn.dropout) == (0.1, 0.2, 0.2)
     assert (dec.emb_dropout.p, dec.hidden_dropout.p, dec.state_dropout.p, dec.dropout.p) == (0.1, 0.2, 0.3, 0.4)
-    model = build_model(cfg.model, 30, 30)
-    assert model.encoder.embedding.embedding_dim == 48
-    assert model.decoder.attention.query_proj.in_features == 100
 
 
 def test_tied_embeddings_config(compose_cfg) -> None:

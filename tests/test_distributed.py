@@ -31,9 +31,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.data import PairData, shard
 from nmt.distributed import Dist
-from nmt.model import build_model, load_checkpoint, model_from_checkpoint
+from nmt.model import build_model
 from nmt.train import Objective, train, train_update
 from nmt.translate import translate
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import REPO_ROOT, SmokeRun
 
+from nmt.checkpoint import load_checkpoint
 from nmt.errors import CheckpointError, ConfigError, DataError, command_errors
-from nmt.model import load_checkpoint
 
 
 def _incomplete_checkpoint(smoke_run: SmokeRun, folder: Path) -> Path:

@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
+from nmt.checkpoint import save_checkpoint
 from nmt.corpora import load_corpus
 from nmt.evaluate import evaluate, parse_named, pick_sentences
 from nmt.length_bins import (
@@ -34,7 +35,7 @@ from nmt.length_bins import (
     paired_test_by_bin,
     word_lengths,
 )
-from nmt.model import build_model, save_checkpoint
+from nmt.model import build_model
 from nmt.report import LengthSettings, bleu_variant, format_report, score_systems
 from nmt.vocab import VocabSettings, build_vocabs
 

@@ -33,8 +33,10 @@ from omegaconf import DictConfig
 import nmt.model
 import nmt.train
 import nmt.utils
+from nmt.checkpoint import load_checkpoint
 from nmt.config import ConfigError, instantiation_message
-from nmt.model import CheckpointError, build_model, load_checkpoint
+from nmt.errors import CheckpointError
+from nmt.model import build_model
 from nmt.text import DataError
 from nmt.train import Objective, prepare_data, train
 

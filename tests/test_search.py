@@ -14,7 +14,8 @@ import torch
 from conftest import DECODERS, SRC_VOCAB_SIZE, build_tiny_model, compose_model_cfg
 
 from nmt.attention import Memory
-from nmt.model import Seq2Seq, build_model, load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.model import Seq2Seq, build_model
 from nmt.search import (
     SearchSettings,
     beam_search,

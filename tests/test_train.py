@@ -16,8 +16,9 @@ from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_li
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from nmt.evaluate import teacher_forced_nll
-from nmt.model import CheckpointError, load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.errors import CheckpointError
+from nmt.metrics import teacher_forced_nll
 from nmt.train import prepare_data, train
 
 # Separate word-level vocabularies: every toy word is one piece, which the tiny model learns quickly.

@@ -21,10 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.model import CheckpointError, build_model, load_checkpoint, model_from_checkpoint, save_checkpoint
+from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint, save_checkpoint
+from nmt.errors import CheckpointError
+from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.text import DataError, decode_lines
-from nmt.translate import format_translations, load_translator, read_input, translate, translate_lines
+from nmt.translate import format_translations, read_input, translate, translate_lines
 
 CPU = torch.device("cpu")
 GREEDY = SearchSettings(beam_size=1, n_best=1, length_penalty="none", alpha=0.0, max_len_a=1.5, max_len_b=10)
@@ -34,7 +36,7 @@ BEAM = SearchSettings(beam_size=3, n_best=1, length_penalty="gnmt", alpha=0.6, m
 @pytest.fixture(scope="module")
 def translator(smoke_run: SmokeRun):
     """The smoke model, its vocabularies and config, loaded as ``nmt.translate`` does."""
-    return load_translator(smoke_run.checkpoint, CPU)
+    return load_model(smoke_run.checkpoint, CPU)
 
 
 def run_lines(translator, lines: list[str], search: SearchSettings = GREEDY, max_src_len: int = 50) -> str:
@@ -143,7 +145,7 @@ def test_cli_in_process_writes_output_and_alignments(smoke_run: SmokeRun, tmp_pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["hyp.txt"]  # no temporary file left
     written = sorted(p.name for p in (tmp_path / "attention").iterdir())
     assert written == [f"{i:06d}.{ext}" for i in range(5) for ext in ("json", "png")]  # none for the empty line
-    _, src_vocab, _, _ = load_translator(smoke_run.checkpoint, CPU)
+    _, src_vocab, _, _ = load_model(smoke_run.checkpoint, CPU)
     for i in range(5):
         record = json.loads((tmp_path / "attention" / f"{i:06d}.json").read_text(encoding="utf-8"))
         weights = torch.tensor(record["weights"])
@@ -187,7 +189,7 @@ def test_bad_checkpoints_are_refused_with_one_clear_error(kind: str, smoke_run: 
     path = tmp_path / "model.pt"
     make(path, smoke_run)
     with pytest.raises(CheckpointError, match=message) as error:
-        load_translator(path, CPU)
+        load_model(path, CPU)
     assert str(path) in str(error.value) and "\n" not in str(error.value).strip()
 
 

@@ -1,0 +1,178 @@
+"""Checkpoints: one self-describing file per save, and the only code that reads or writes them.
+
+A checkpoint holds the resolved config, both sentencepiece models, the weights of the plain
+(unwrapped, uncompiled) model, the training state for resuming (optimizer, scheduler, random
+state, position in the data; None in weights-only files) and its provenance (package versions,
+git commit). :func:`load_model` rebuilds a translator from the file alone. Files are written
+atomically and read with ``torch.load(weights_only=True)``, which cannot run code; a config may
+only name ``nmt.*`` classes.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from torch import nn
+
+from nmt.errors import CheckpointError
+from nmt.model import Seq2Seq, build_model
+from nmt.utils import atomic_write_bytes, provenance
+from nmt.vocab import Vocab
+
+CHECKPOINT_FORMAT = "nmt-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    config: DictConfig | dict,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    train_state: dict[str, Any] | None = None,
+) -> None:
+    """Write a self-describing checkpoint atomically (temporary file, fsync, rename).
+
+    The file is serialized in memory first: ``torch.save`` into a file that cannot be written
+    reports e.g. a full disk as an opaque ``unexpected pos`` error, a plain write as ``ENOSPC``.
+
+    :param model: the plain ``Seq2Seq`` (not a DDP or compiled wrapper).
+    :param train_state: optimizer, scheduler, step, RNG... for resuming; omitted for inference-only files.
+    :raise CheckpointError: when the file cannot be written; an older file at ``path`` is then intact.
+    """
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "config": config,
+        "model": model.state_dict(),
+        "vocab": {"src": src_vocab.model_proto, "tgt": tgt_vocab.model_proto},
+        "train_state": train_state,
+        "provenance": provenance(),
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    path = Path(path)
+    try:
+        atomic_write_bytes(path, buffer.getbuffer())
+    except OSError as e:
+        kept = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
+        raise CheckpointError(f"cannot write the checkpoint {path} ({e.strerror or e}); {kept}") from e
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read and check a checkpoint; every failure is one :class:`CheckpointError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # on arbitrary bytes the unpickler raises anything: KeyError, IndexError...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated, corrupt, or not written by nmt): {first}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an nmt checkpoint (no '{CHECKPOINT_FORMAT}' format tag)")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')} is not supported by this nmt "
+            f"(which reads version {CHECKPOINT_VERSION})"
+        )
+    return payload
+
+
+def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:
+    """Rebuild the model, vocabularies and config of a loaded checkpoint (model in eval mode).
+
+    :raise CheckpointError: one line for anything that stops the rebuild (e.g. a config written by
+        another version of nmt, or weights of another shape).
+    """
+    _check_targets(payload["config"].get("model"))  # the config must not name code outside nmt
+    try:
+        config = OmegaConf.create(payload["config"])
+        src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
+        model = build_model(config.model, len(src_vocab), len(tgt_vocab))
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, OmegaConfBaseException,
+            hydra.errors.HydraException) as e:  # fmt: skip
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(
+            f"cannot rebuild the model from the config stored in the checkpoint ({type(e).__name__}: {first}); "
+            "was it written by another version of nmt?"
+        ) from None
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as e:
+        message = " ".join(str(e).split())  # one line, even for torch's list of missing keys
+        message = message if len(message) < 400 else message[:400] + " ..."
+        raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {message}") from None
+    return model.eval(), src_vocab, tgt_vocab, config
+
+
+def _check_targets(node: Any) -> None:
+    """Refuse a config that would make ``hydra.utils.instantiate`` call anything but nmt classes
+    (a checkpoint's config could otherwise name e.g. ``os.system`` and run it when loaded)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "_target_" and not (isinstance(value, str) and value.startswith("nmt.")):
+                raise CheckpointError(f"checkpoint config names _target_={value!r}, which is not an nmt class")
+            _check_targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            _check_targets(value)
+
+
+def load_model(path: str | Path, device: torch.device) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:
+    """Model (eval mode, on ``device``), source and target vocabularies and config of a checkpoint file.
+
+    :raise CheckpointError: for any checkpoint that cannot be used, one line naming the file.
+    """
+    payload = load_checkpoint(path, map_location="cpu")  # weights_only=True: runs no code
+    try:
+        model, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return model.to(device), src_vocab, tgt_vocab, config
+
+
+def run_checkpoints(run: Path, last: int) -> list[Path]:
+    """The ``last`` periodic checkpoints (``step*.pt``) of a run folder (or its ``checkpoints/``), by step."""
+    if last < 1:
+        raise CheckpointError(f"--last {last}: must be at least 1")
+    folder = run / "checkpoints" if (run / "checkpoints").is_dir() else run
+    found = [(int(m.group(1)), p) for p in folder.glob("step*.pt") if (m := re.fullmatch(r"step(\d+)\.pt", p.name))]
+    if not found:
+        raise CheckpointError(f"{folder}: no step*.pt checkpoints (train with train.keep_checkpoints > 0)")
+    return [path for _, path in sorted(found)[-last:]]
+
+
+def average_checkpoints(paths: list[Path], output: Path) -> None:
+    """Write the element-wise mean of the weights of ``paths`` (in float64, then cast back) as a
+    weights-only checkpoint with the last one's config and vocabularies."""
+    payloads = [load_checkpoint(path) for path in paths]
+    first = payloads[0]
+    for path, payload in zip(paths[1:], payloads[1:]):
+        if payload["config"]["model"] != first["config"]["model"] or payload["vocab"] != first["vocab"]:
+            raise CheckpointError(f"{path}: another model config or vocabulary than {paths[0]}; cannot average")
+    averaged = {}
+    for name, tensor in first["model"].items():
+        if tensor.is_floating_point():
+            total = sum(payload["model"][name].double() for payload in payloads)
+            averaged[name] = (total / len(payloads)).to(tensor.dtype)
+        else:  # integer buffers (none in the current models): they must agree
+            if any(not torch.equal(payload["model"][name], tensor) for payload in payloads):
+                raise CheckpointError(f"non-float tensor {name} differs between the checkpoints; cannot average")
+            averaged[name] = tensor
+    try:
+        model, src_vocab, tgt_vocab, config = model_from_checkpoint({**payloads[-1], "model": averaged})
+    except CheckpointError as e:
+        raise CheckpointError(f"{paths[-1]}: {e}") from None
+    save_checkpoint(output, model, config, src_vocab, tgt_vocab, train_state=None)
