@@ -20,9 +20,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
+from nmt.corpora import load_corpus
 from nmt.text import ParallelText
-from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
+from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger(__name__)
 
@@ -225,3 +227,35 @@ def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndar
                 tail[keep - world_size + j] = np.concatenate([tail[keep - world_size + j], tail[keep + j]])
             del tail[keep:]
     return (head + tail)[rank::world_size]
+
+
+# --------------------------------------------------------------------------- a run's data
+
+
+@dataclass
+class Splits:
+    """Everything a run reads: vocabularies, the filtered training data and the evaluation sets."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: PairData
+    evaluation: dict[str, tuple[PairData, list[str], list[str]]]  # role -> (ids, sources, references)
+
+
+def prepare_data(data_cfg: DictConfig) -> Splits:
+    """Read the corpus, build (or reuse) the subword models and the tokenized datasets."""
+    corpus = load_corpus(data_cfg)
+    cache = Path(data_cfg.cache_dir)
+    src_vocab, tgt_vocab = build_vocabs(
+        corpus["train"].src, corpus["train"].tgt, VocabSettings(**data_cfg.vocab), cache / "spm"
+    )
+    datasets_ = {role: tokenize(text, src_vocab, tgt_vocab, cache / "tokenized") for role, text in corpus.items()}
+    train_data = PairData(filter_training_pairs(datasets_["train"], data_cfg.max_len))
+    evaluation = {
+        role: (PairData(ds), corpus[role].src, corpus[role].tgt) for role, ds in datasets_.items() if role != "train"
+    }
+    log.info(
+        "data: %d training pairs, %s; vocabularies %d/%d pieces",
+        len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),
+    )  # fmt: skip
+    return Splits(src_vocab, tgt_vocab, train_data, evaluation)

@@ -30,9 +30,10 @@ from hydra import compose, initialize_config_dir
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from nmt.data import prepare_data  # noqa: E402
 from nmt.distributed import Dist  # noqa: E402
 from nmt.model import Seq2Seq, build_model  # noqa: E402
-from nmt.train import Objective, prepare_data, train_update  # noqa: E402
+from nmt.trainer import Objective, train_update  # noqa: E402
 from nmt.utils import set_threads  # noqa: E402
 
 

@@ -35,7 +35,8 @@ from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.data import PairData, shard
 from nmt.distributed import Dist
 from nmt.model import build_model
-from nmt.train import Objective, train, train_update
+from nmt.train import train
+from nmt.trainer import Objective, train_update
 from nmt.translate import translate
 
 CPU = torch.device("cpu")
@@ -72,7 +73,7 @@ def _random_pairs(n: int, seed: int, max_len: int = 12) -> PairData:
 
 WORKER = '''
 """One rank: for each scenario, rebuild the model from the same weights, wrap the objective in DDP
-and make the given updates with nmt.train.train_update on this rank's batches."""
+and make the given updates with nmt.trainer.train_update on this rank's batches."""
 import sys
 
 import torch
@@ -81,7 +82,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmt import distributed
 from nmt.model import build_model
-from nmt.train import Objective, train_update
+from nmt.trainer import Objective, train_update
 
 spec = torch.load(sys.argv[1], weights_only=False)
 torch.set_num_threads(1)

@@ -31,14 +31,16 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 import nmt.model
-import nmt.train
+import nmt.trainer
 import nmt.utils
 from nmt.checkpoint import load_checkpoint
 from nmt.config import ConfigError, instantiation_message
+from nmt.data import prepare_data
 from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.text import DataError
-from nmt.train import Objective, prepare_data, train
+from nmt.train import train
+from nmt.trainer import Objective
 
 STEPS, EVAL_EVERY = 40, 4  # ~3 epochs of 14 updates; a checkpoint every 4 updates
 TINY_RUN = [
@@ -336,7 +338,7 @@ def test_full_disk_stops_training_and_keeps_the_previous_checkpoint(
 ) -> None:
     """The disk fills up after the checkpoint of update 4, at update 8: for ``checkpoints``, just
     before its checkpoint is written; for ``every file``, the validation hypotheses fail first."""
-    real_save, real_fdopen, real_update, full = torch.save, os.fdopen, nmt.train.train_update, []
+    real_save, real_fdopen, real_update, full = torch.save, os.fdopen, nmt.trainer.train_update, []
 
     def save(obj, f, *args, **kwargs):  # nmt serializes a checkpoint in memory, then writes the bytes
         state = obj.get("train_state") if isinstance(obj, dict) else None
@@ -358,7 +360,7 @@ def test_full_disk_stops_training_and_keeps_the_previous_checkpoint(
     if full_for == "checkpoints":
         monkeypatch.setattr(torch, "save", save)
     else:
-        monkeypatch.setattr(nmt.train, "train_update", train_update)
+        monkeypatch.setattr(nmt.trainer, "train_update", train_update)
     checkpoints = tmp_path / "checkpoints"
     with pytest.raises(OSError if full_for == "every file" else CheckpointError) as info:
         _train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), tmp_path)

@@ -1,0 +1,430 @@
+"""The training loop's machinery: one update (:func:`train_update`), and the :class:`Trainer` that
+holds the model, optimizer, schedule, moving average and progress of a run and does its
+bookkeeping: counting updates, logging, validating, checkpointing, resuming and the final test
+scores. :func:`nmt.train.train` drives it; this module has no command line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.config import flatten
+from nmt.data import Batch, PairData, Splits, prepare_data, shard
+from nmt.distributed import Dist
+from nmt.ema import WeightAverage
+from nmt.errors import CheckpointError
+from nmt.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
+from nmt.model import Seq2Seq, build_model
+from nmt.plotting import attention_figure
+from nmt.search import SearchSettings, greedy_search
+from nmt.utils import atomic_write_text, provenance
+
+log = logging.getLogger("nmt.train")
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so a run resumes exactly."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # current epoch (0-based)
+    update_in_epoch: int = 0  # updates of the current epoch done (each uses accum_steps batches per rank)
+    world_size: int = 1  # processes that made this progress
+    best_bleu: float = -1.0
+    stale_validations: int = 0  # validations since the best one
+    bad_steps: int = 0  # non-finite losses in a row
+    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient, in all
+
+
+@dataclass
+class UpdateStats:
+    """What one update measured: smoothed loss and NLL per target token (this rank), its target
+    tokens, and the gradient norm before clipping (non-finite: the update was skipped)."""
+
+    loss: float
+    nll: float
+    tokens: int
+    grad_norm: float
+
+
+class Objective(torch.nn.Module):
+    """The training loss as a module's ``forward``, so that DDP can wrap it (DDP synchronises
+    gradients only through ``forward``). Checkpoints hold ``objective.model``.
+
+    :param model: the model being trained.
+    """
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """:return: smoothed loss sum and NLL sum over the batch's real target tokens."""
+        return self.model.loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, label_smoothing)
+
+
+def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: DictConfig, job: Dist) -> UpdateStats:
+    """One optimizer update from ``batches`` (gradient accumulation) on every rank.
+
+    :param net: the :class:`Objective`, or DDP around it.
+
+    The loss is normalised by the target tokens of all batches on all ranks, so that k batches
+    accumulated, or k ranks with one batch each, give the gradient of one batch holding them all.
+    DDP averages gradients over ranks, hence the factor ``world_size``.
+    """
+    local_tokens = sum(b.num_tgt_tokens for b in batches)
+    total_tokens = job.sum(local_tokens)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = nll_sum = 0.0
+    net.train()
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = nullcontext() if last or not job.enabled else net.no_sync()  # all-reduce once, at the end
+        with sync, _autocast(batch.src.device, tcfg.amp):
+            loss, nll = net(batch, tcfg.label_smoothing)
+            (loss * (job.world_size / total_tokens)).backward()
+        loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll)
+    # the same (all-reduced) gradients on every rank, so every rank takes the same decision
+    limit = tcfg.clip_norm if tcfg.clip_norm > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), limit))
+    if math.isfinite(grad_norm):
+        optimizer.step()
+    return UpdateStats(loss_sum / local_tokens, nll_sum / local_tokens, local_tokens, grad_norm)
+
+
+def _autocast(device: torch.device, amp: str):
+    """bf16 autocast on GPUs when ``train.amp=bf16``; nothing on the CPU."""
+    if amp == "bf16" and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, tok_s: float) -> None:
+    log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s",
+             step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s)  # fmt: skip
+    writer.add_scalar("train/loss", stats.loss, step)
+    writer.add_scalar("train/ppl", perplexity(stats.nll), step)
+    writer.add_scalar("train/lr", lr, step)
+    writer.add_scalar("train/grad_norm", stats.grad_norm, step)
+    writer.add_scalar("train/tgt_tokens_per_s", tok_s, step)
+
+
+class Trainer:
+    """One run's training state and bookkeeping (every rank has one; rank 0 alone logs and writes).
+
+    :param cfg: the composed, validated config.
+    :param run_dir: the run folder (already opened by :func:`nmt.train.open_run`).
+    :param job: this process's place in the (possibly single-process) job.
+    :param resume: the checkpoint being resumed and its loaded payload, or None for a new run.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, job: Dist, resume: tuple[Path, dict] | None) -> None:
+        self.cfg, self.tcfg, self.run_dir, self.job = cfg, cfg.train, run_dir, job
+        self.data = prepare_data(cfg.data)
+        self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(job.device)
+        objective = Objective(self.model)
+        self.net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model gets saved
+        self.optimizer = hydra.utils.instantiate(self.tcfg.optimizer)(self.model.parameters())
+        self.scheduler = hydra.utils.instantiate(self.tcfg.scheduler)(self.optimizer)
+        self.settings = SearchSettings(**self.tcfg.search)  # the final test scores
+        self.val_settings = replace(self.settings, beam_size=self.tcfg.val_beam_size, n_best=1)
+        self.ema = WeightAverage(self.model, self.tcfg.ema) if self.tcfg.ema else None
+        self.progress = Progress()
+        if resume is not None:
+            path, payload = resume
+            self.progress = _restore(payload, path, self.model, self.optimizer, self.scheduler, job, self.ema)
+        log.info("model: %s parameters on %s x %d process(es); %s; effective batch %d x %d x %d tokens",
+                 f"{self.model.num_parameters():,}", job.device, job.world_size, _describe(cfg.model),
+                 cfg.data.max_tokens, job.world_size, self.tcfg.accum_steps)  # fmt: skip
+        step = self.progress.step or None
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=step) if job.is_main else None
+        self.done, self.reason, self.end_of_epoch = False, "max_epochs reached", False
+        self.groups: list[list[np.ndarray]] = []
+        self.bar: tqdm | None = None
+        self.window_tokens, self.window_start = 0, time.perf_counter()
+
+    # ----------------------------------------------------------------- the loop's steps
+
+    def finished(self) -> bool:
+        return self.done or self.progress.epoch >= self.tcfg.max_epochs
+
+    def start_epoch(self) -> list[list[np.ndarray]]:
+        """This rank's batches of the current epoch not yet trained on, grouped by update."""
+        p, tcfg = self.progress, self.tcfg
+        batches = self.data.train.token_batches(self.cfg.data.max_tokens, shuffle=True, seed=tcfg.seed, epoch=p.epoch)
+        if p.update_in_epoch == 0:
+            log.info("epoch %d: %d batches, %.1f%% padding", p.epoch + 1, len(batches),
+                     100 * self.data.train.padding_fraction(batches))  # fmt: skip
+        mine = shard(batches, self.job.rank, self.job.world_size)
+        self.groups = [mine[i : i + tcfg.accum_steps] for i in range(0, len(mine), tcfg.accum_steps)]
+        self.bar = tqdm(total=len(self.groups), initial=p.update_in_epoch, desc=f"epoch {p.epoch + 1}", leave=False,
+                        disable=not (self.job.is_main and sys.stderr.isatty()), dynamic_ncols=True)  # fmt: skip
+        return self.groups[p.update_in_epoch :]
+
+    def close_epoch(self) -> None:
+        self.bar.close()
+
+    def update(self, group: list[np.ndarray]) -> None:
+        """One optimizer update on ``group``'s batches, then counting, logging and the position."""
+        batches = [self.data.train.collate(indices).to(self.job.device) for indices in group]
+        stats = train_update(self.net, self.optimizer, batches, self.tcfg, self.job)
+        p = self.progress
+        p.update_in_epoch += 1
+        if math.isfinite(stats.grad_norm):
+            self._count(stats)
+        else:
+            self._skip()
+        self.bar.update(1)
+        if self.job.is_main and p.step % self.tcfg.log_every == 0 and p.bad_steps == 0:
+            self._log(stats)
+        self.end_of_epoch = p.update_in_epoch == len(self.groups)
+        if self.end_of_epoch:
+            p.epoch, p.update_in_epoch = p.epoch + 1, 0
+        if self.tcfg.max_steps and p.step >= self.tcfg.max_steps:
+            self.done, self.reason = True, "max_steps reached"
+
+    def _count(self, stats: UpdateStats) -> None:
+        """A good update: the schedule steps, the average follows."""
+        self.progress.bad_steps = 0
+        if not isinstance(self.scheduler, ReduceLROnPlateau):
+            self.scheduler.step()
+        self.progress.step += 1
+        self.window_tokens += stats.tokens
+        if self.ema is not None:
+            self.ema.update(self.model)
+
+    def _skip(self) -> None:
+        """A non-finite loss or gradient: the update was not applied; too many in a row stop the run."""
+        p, limit = self.progress, self.tcfg.max_bad_steps
+        p.bad_steps, p.skipped_updates = p.bad_steps + 1, p.skipped_updates + 1
+        log.warning("non-finite loss or gradient at update %d: skipped (%d in a row, %d in all)",
+                    p.step + 1, p.bad_steps, p.skipped_updates)  # fmt: skip
+        if p.bad_steps >= limit:
+            last = self.run_dir / "checkpoints" / "last.pt"
+            raise FloatingPointError(
+                f"{p.bad_steps} non-finite losses in a row (train.max_bad_steps={limit}); lower "
+                f"train.optimizer.lr or check the data. The last good checkpoint is {last}"
+            )
+
+    def _log(self, stats: UpdateStats) -> None:
+        tok_s = self.window_tokens * self.job.world_size / (time.perf_counter() - self.window_start)
+        _log_train(self.writer, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s)
+        self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
+        self.window_tokens, self.window_start = 0, time.perf_counter()
+
+    def validation_due(self) -> bool:
+        """Every ``train.eval_every`` good updates (0: at each epoch's end), and when training is done."""
+        p, every = self.progress, self.tcfg.eval_every
+        due = (every and p.step % every == 0 and p.bad_steps == 0) or (not every and self.end_of_epoch)
+        return bool(due or self.done)
+
+    def validate_and_save(self) -> None:
+        """Validate (rank 0; every rank learns the score), step a plateau schedule, track the best
+        score and early stopping, and write ``last.pt``, ``best.pt`` and the periodic weights."""
+        p = self.progress
+        bleu = 0.0
+        if self.job.is_main:
+            with self._averaged():
+                bleu = _validate(self.model, self.data, self.val_settings, self.cfg, self.writer, p.step, self.run_dir)
+        bleu = self.job.broadcast(bleu)
+        if isinstance(self.scheduler, ReduceLROnPlateau):
+            self.scheduler.step(bleu)
+        improved = bleu > p.best_bleu
+        p.best_bleu = max(p.best_bleu, bleu)
+        p.stale_validations = 0 if improved else p.stale_validations + 1
+        state = self._train_state()
+        if self.job.is_main:
+            with self._averaged():  # the files' weights are the average; the state holds the trained ones
+                self._checkpoint("last.pt", train_state=state)
+                if improved:
+                    self._checkpoint("best.pt", train_state=state)
+                self._keep_periodic()
+        if self.tcfg.patience and p.stale_validations >= self.tcfg.patience:
+            self.done, self.reason = True, f"early stopping: no better validation BLEU in {self.tcfg.patience} validations"
+        self.window_start = time.perf_counter()
+
+    def save_for_resume(self, signum: int) -> dict[str, float]:
+        """After SIGINT/SIGTERM: write ``last.pt`` and stop (every rank)."""
+        state = self._train_state()
+        if self.job.is_main:
+            with self._averaged():
+                self._checkpoint("last.pt", train_state=state)
+            log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
+                     signum, self.run_dir / "checkpoints" / "last.pt", self.run_dir)  # fmt: skip
+        return {"interrupted": 1.0, "steps": float(self.progress.step)}
+
+    def finish(self) -> dict:
+        """Log why training stopped; on rank 0 score the best checkpoint on the test splits and
+        write ``results.json``."""
+        p = self.progress
+        log.info("training stopped after %d updates (%d skipped for a non-finite loss): %s; best validation BLEU %.2f",
+                 p.step, p.skipped_updates, self.reason, p.best_bleu)  # fmt: skip
+        if not self.job.is_main:
+            return {"best_valid_bleu": p.best_bleu, "steps": float(p.step)}
+        results = _final_evaluation(self.model, self.data, self.settings, self.cfg, self.run_dir, p)
+        self.writer.add_hparams(_hparams(self.cfg), {"hparam/best_valid_bleu": p.best_bleu}, run_name=".")
+        self.writer.close()
+        atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        return results
+
+    # ----------------------------------------------------------------- small helpers
+
+    def _averaged(self):
+        """Inside: the model holds the moving average of its weights (when ``train.ema`` is on)."""
+        return self.ema.swapped_into(self.model) if self.ema is not None else nullcontext()
+
+    def _checkpoint(self, name: str, **kw) -> None:
+        save_checkpoint(self.run_dir / "checkpoints" / name, self.model, self.cfg, self.data.src_vocab,
+                        self.data.tgt_vocab, **kw)  # fmt: skip
+
+    def _keep_periodic(self) -> None:
+        """Save a weights-only checkpoint of this update and delete all but the newest ``keep_checkpoints``."""
+        keep = self.tcfg.keep_checkpoints
+        if keep <= 0:
+            return
+        self._checkpoint(f"step{self.progress.step:08d}.pt")
+        for old in sorted((self.run_dir / "checkpoints").glob("step*.pt"))[:-keep]:
+            old.unlink(missing_ok=True)
+
+    def _train_state(self) -> dict:
+        return _train_state(self.progress, self.optimizer, self.scheduler, self.job, self.model if self.ema else None)
+
+
+# --------------------------------------------------------------------------- what the trainer calls
+
+
+def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, step: int, run_dir: Path) -> float:
+    """Loss, perplexity, BLEU and chrF on the validation split; hypotheses and heatmaps saved."""
+    device = next(model.parameters()).device
+    valid, _, references = data.evaluation["valid"]
+    start = time.perf_counter()
+    nll, _ = teacher_forced_nll(model, valid, cfg.data.max_tokens, device)
+    hyps, _ = translate_data(model, valid, data.tgt_vocab, settings, cfg.train.decode_batch_size, device)
+    scores = corpus_scores(hyps, references)
+    atomic_write_text(run_dir / "hypotheses" / f"valid-step{step}.txt", "".join(h + "\n" for h in hyps))
+    writer.add_scalar("valid/loss", nll, step)
+    writer.add_scalar("valid/ppl", perplexity(nll), step)
+    writer.add_scalar("valid/bleu", scores.bleu, step)
+    writer.add_scalar("valid/chrf", scores.chrf, step)
+    if model.decoder.attention.has_alignment:
+        _log_heatmaps(model, valid, data, settings, cfg.train.num_heatmaps, writer, step, device)
+    log.info("validation at update %d: loss %.4f, ppl %.2f, BLEU %.2f, chrF %.2f (%.1fs) [%s]",
+             step, nll, perplexity(nll), scores.bleu, scores.chrf, time.perf_counter() - start,
+             scores.bleu_signature)  # fmt: skip
+    return scores.bleu
+
+
+def _log_heatmaps(model, valid: PairData, data: Splits, settings, count: int, writer, step: int, device) -> None:
+    """Greedy alignments of the first ``count`` validation sentences, as TensorBoard figures."""
+    for i in range(min(count, len(valid))):
+        batch = valid.collate(np.array([i])).to(device)
+        (hyp,) = greedy_search(
+            model, batch.src, batch.src_lens, settings.max_len_a, settings.max_len_b, return_attention=True
+        )[0]
+        src_labels = data.src_vocab.pieces(valid.src_ids[i]) + ["</s>"]
+        tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
+        fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")
+        writer.add_figure(f"attention/valid_{i}", fig, step)  # closes the figure
+
+
+def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path, progress: Progress) -> dict:
+    """Score the best checkpoint on every test split; hypotheses go to ``hypotheses/<split>.txt``."""
+    device = next(model.parameters()).device
+    best = run_dir / "checkpoints" / "best.pt"
+    if best.exists():
+        model.load_state_dict(load_checkpoint(best, device)["model"])
+    results: dict = {"best_valid_bleu": progress.best_bleu, "steps": float(progress.step)}
+    for role, (split, _, references) in data.evaluation.items():
+        if role == "valid":
+            continue
+        hyps, _ = translate_data(model, split, data.tgt_vocab, settings, cfg.train.decode_batch_size, device)
+        scores = corpus_scores(hyps, references)
+        atomic_write_text(run_dir / "hypotheses" / f"{role}.txt", "".join(h + "\n" for h in hyps))
+        results[f"{role}_bleu"], results[f"{role}_chrf"] = scores.bleu, scores.chrf
+        log.info("%s: BLEU %.2f, chrF %.2f [%s]", role, scores.bleu, scores.chrf, scores.bleu_signature)
+        results["bleu_signature"] = scores.bleu_signature
+    results["checkpoint"] = str(best) if best.exists() else "the final weights"
+    results["search"] = asdict(settings)  # the decoding of these scores
+    results["provenance"] = provenance()
+    return results
+
+
+def _train_state(progress: Progress, optimizer, scheduler, job: Dist, trained: Seq2Seq | None) -> dict:
+    """Everything besides the weights that an exact resume needs; a collective under DDP (it
+    gathers every rank's random-number state).
+
+    :param trained: with ``train.ema`` the model, whose trained weights are copied here (the
+        checkpoint's ``model`` entry then holds the average); None otherwise.
+    """
+    progress.world_size = job.world_size
+    return {
+        "trained_model": None if trained is None else {k: v.detach().clone() for k, v in trained.state_dict().items()},
+        "progress": asdict(progress),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "torch_rng": job.gather(torch.get_rng_state()),  # one per rank
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def _restore(
+    payload: dict, path: Path, model: Seq2Seq, optimizer, scheduler, job: Dist, ema: WeightAverage | None
+) -> Progress:
+    """Load the weights, optimizer, scheduler, average and random state of ``payload`` (read from
+    ``path``); :return: where training stood."""
+    state = payload["train_state"]
+    if state is None:
+        raise CheckpointError(f"{path}: holds weights only (no optimizer state); it cannot be resumed")
+    trained = state.get("trained_model")  # present when the run kept an average (the file's weights)
+    model.load_state_dict(trained if trained is not None else payload["model"])
+    if ema is not None:
+        ema.load_from(payload["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    progress = Progress(**state["progress"])
+    if progress.world_size == job.world_size:
+        torch.set_rng_state(state["torch_rng"][job.rank].cpu())
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+    else:  # other shards: continue at the same fraction of the epoch, with fresh dropout masks
+        progress.update_in_epoch = progress.update_in_epoch * progress.world_size // job.world_size
+        torch.manual_seed(progress.step * 1000 + job.rank)
+        log.warning("resuming with %d processes from a run with %d: the epoch continues at about the same place, "
+                    "not at exactly the same batch", job.world_size, progress.world_size)  # fmt: skip
+    log.info("resumed from %s at update %d (epoch %d, update %d of the epoch)", path, progress.step, progress.epoch + 1,
+             progress.update_in_epoch)  # fmt: skip
+    return progress
+
+
+def _describe(model_cfg: DictConfig) -> str:
+    name = lambda node: node._target_.rsplit(".", 1)[-1]  # noqa: E731
+    return f"{name(model_cfg.encoder)} + {name(model_cfg.attention)} + {name(model_cfg.decoder)}"
+
+
+def _hparams(cfg: DictConfig) -> dict:
+    flat = {}
+    for section in ("model", "train", "data"):
+        for key, value in flatten(OmegaConf.to_container(cfg[section], resolve=True), section).items():
+            flat[key] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
+
+
+
+
