@@ -137,6 +137,16 @@ def test_ema_weights_are_validated_and_saved(compose_cfg, toy_corpus: ToyCorpus,
     assert logged.value == pytest.approx(nll, rel=1e-5)
     results = json.loads((tmp_path / "run" / "results.json").read_text())  # the scores name their decoding
     assert results["search"] == OmegaConf.to_container(cfg.train.search) and results["provenance"]["versions"]["nmt"]
+    # the trained weights can be taken out of the training state, to score them beside the average
+    out = tmp_path / "trained.pt"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "trained_weights.py"),
+                           str(tmp_path / "run" / "checkpoints" / "last.pt"), "--output", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    written = load_checkpoint(out)
+    assert written["train_state"] is None
+    for name, tensor in trained.items():
+        torch.testing.assert_close(written["model"][name], tensor)
 
 
 @pytest.mark.slow
