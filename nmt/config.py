@@ -10,6 +10,7 @@ optimizer and scheduler are also built once on dummy sizes, so that a constructo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from nmt.corpora import MULTI30K_SPLITS, check_multi30k_pair
 from nmt.errors import ConfigError, instantiation_message
 from nmt.model import build_model
-from nmt.search import LENGTH_PENALTIES
+from nmt.search import SearchSettings, check_search_settings
 from nmt.text import DataError
 
 VOCAB_TYPES = ("unigram", "bpe")
@@ -39,20 +40,15 @@ def validate_config(cfg: DictConfig) -> None:
     _check_instantiation(cfg)
 
 
-def check_search(cfg: DictConfig, prefix: str = "") -> None:
-    """Check the decoding keys ``beam_size``, ``n_best``, ``length_penalty``, ``alpha``,
-    ``max_len_a`` and ``max_len_b`` under ``prefix`` (``train.search``; ``""`` for translate.yaml)."""
-    key = lambda name: f"{prefix}.{name}" if prefix else name  # noqa: E731
-    beam_size = check_int(cfg, key("beam_size"), 1)
-    n_best = check_int(cfg, key("n_best"), 1)
-    if n_best > beam_size:
-        raise ConfigError(f"{key('n_best')}={n_best}: must be between 1 and {key('beam_size')}={beam_size}")
-    check_choice(cfg, key("length_penalty"), LENGTH_PENALTIES)
-    check_number(cfg, key("alpha"), lambda v: v >= 0, "a number >= 0")
-    max_len_a = check_number(cfg, key("max_len_a"), lambda v: v >= 0, "a number >= 0")
-    max_len_b = check_int(cfg, key("max_len_b"), 0)
-    if max_len_a == 0 and max_len_b == 0:
-        raise ConfigError(f"{key('max_len_a')} and {key('max_len_b')} are both 0: no output could be produced")
+def check_search(cfg: DictConfig, prefix: str) -> None:
+    """Check the decoding keys under ``prefix`` (``train.search``) with the rules of
+    :func:`nmt.search.check_search_settings`, the one place they are written."""
+    values = {f.name: value(cfg, f"{prefix}.{f.name}") for f in fields(SearchSettings)}
+    try:
+        check_search_settings(values["beam_size"], values["n_best"], values["length_penalty"], values["alpha"],
+                              values["max_len_a"], values["max_len_b"], prefix=f"{prefix}.")  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- resuming

@@ -229,16 +229,30 @@ class _Trace:
         return tokens, attention
 
 
-def check_search_settings(beam_size: int, n_best: int, penalty: str, alpha: float) -> None:
-    """Refuse impossible settings with a message naming the key."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size}: must be at least 1")
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best={n_best}: must be between 1 and beam_size={beam_size}")
+def check_search_settings(
+    beam_size: int, n_best: int, penalty: str, alpha: float, max_len_a: float, max_len_b: int, prefix: str = ""
+) -> None:
+    """The one check of decoding settings (``train.search``, translate's and evaluate's keys, and
+    :class:`SearchSettings`): refuse impossible values with a message naming the key.
+
+    :param prefix: put before every key name in messages, e.g. ``train.search.``.
+    """
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    is_number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+    if not is_int(beam_size) or beam_size < 1:
+        raise ValueError(f"{prefix}beam_size={beam_size!r}: must be an integer >= 1")
+    if not is_int(n_best) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"{prefix}n_best={n_best!r}: must be between 1 and {prefix}beam_size={beam_size}")
     if penalty not in LENGTH_PENALTIES:
-        raise ValueError(f"length_penalty={penalty!r}: choose one of {', '.join(LENGTH_PENALTIES)}")
-    if alpha < 0:
-        raise ValueError(f"alpha={alpha}: must be >= 0 (the stopping bound needs lp to grow with length)")
+        raise ValueError(f"{prefix}length_penalty={penalty!r}: choose one of {', '.join(LENGTH_PENALTIES)}")
+    if not is_number(alpha) or alpha < 0:
+        raise ValueError(f"{prefix}alpha={alpha!r}: must be a number >= 0 (the stopping bound needs lp to grow with length)")
+    if not is_number(max_len_a) or max_len_a < 0:
+        raise ValueError(f"{prefix}max_len_a={max_len_a!r}: must be a number >= 0")
+    if not is_int(max_len_b) or max_len_b < 0:
+        raise ValueError(f"{prefix}max_len_b={max_len_b!r}: must be an integer >= 0")
+    if max_len_a == 0 and max_len_b == 0:
+        raise ValueError(f"{prefix}max_len_a and {prefix}max_len_b are both 0: no output could be produced")
 
 
 @torch.inference_mode()
@@ -264,7 +278,7 @@ def beam_search(
     :param return_attention: fill :attr:`Hypothesis.attention`.
     :return: per sentence, up to ``n_best`` distinct hypotheses, best first.
     """
-    check_search_settings(beam_size, n_best, penalty, alpha)
+    check_search_settings(beam_size, n_best, penalty, alpha, max_len_a, max_len_b)
     k, device = beam_size, src.device
     batch_size = src.size(0)
     memory, state = model.encode(src, src_lens)  # repeated K times after step 1
@@ -442,7 +456,8 @@ class SearchSettings:
     max_len_b: int
 
     def __post_init__(self) -> None:
-        check_search_settings(self.beam_size, self.n_best, self.length_penalty, self.alpha)
+        check_search_settings(self.beam_size, self.n_best, self.length_penalty, self.alpha, self.max_len_a,
+                              self.max_len_b)  # fmt: skip
 
     @classmethod
     def from_checkpoint(cls, saved: Mapping[str, Any], given: Mapping[str, Any]) -> SearchSettings:

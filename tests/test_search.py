@@ -97,7 +97,8 @@ def test_max_lengths_include_eos_and_are_at_least_one() -> None:
 @pytest.mark.parametrize(
     ("changes", "key"),
     [({"beam_size": 0}, "beam_size"), ({"n_best": 6}, "n_best"), ({"length_penalty": "avg"}, "length_penalty"),
-     ({"alpha": -0.5}, "alpha")],
+     ({"alpha": -0.5}, "alpha"), ({"beam_size": 2.0}, "beam_size"), ({"max_len_a": -1.0}, "max_len_a"),
+     ({"max_len_b": True}, "max_len_b"), ({"max_len_a": 0.0, "max_len_b": 0}, "both 0")],
 )  # fmt: skip
 def test_impossible_settings_are_refused(changes: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):

@@ -302,3 +302,10 @@ def test_control_characters_become_spaces_with_a_warning_naming_the_line(smoke_r
     assert "<stdin>: control characters (NUL, escape, ...) replaced by spaces on line(s) 2" in proc.stderr.decode()
     clean = _cli([f"ckpt={smoke_run.checkpoint}", "beam_size=1"], tmp_path, stdin=f"{smoke_run.test_src[0]}\n".encode())
     assert proc.stdout.decode().split("\n")[1] == clean.stdout.decode().split("\n")[0], "NUL reads as the space"
+
+
+def test_search_keys_given_to_translate_are_checked_like_trainings(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text(smoke_run.test_src[0] + "\n", encoding="utf-8")
+    cfg = translate_cfg(ckpt=smoke_run.checkpoint, input=tmp_path / "in.txt", max_len_a=0, max_len_b=0)
+    with pytest.raises(ValueError, match="max_len_a and max_len_b are both 0"):
+        translate(cfg)
