@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import ATTENTIONS, CONFIG_DIR, build_tiny_model
+from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, InstantiationException, MissingConfigException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -14,6 +15,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from nmt.corpora import load_corpus
 from nmt.model import Seq2Seq, build_model
+from nmt.search import SearchSettings
 from nmt.vocab import VocabSettings
 
 
@@ -224,3 +226,16 @@ def test_misspelled_key_fails(compose_cfg) -> None:
     cfg = compose_cfg("+model.encoder.hiden_dim=3")  # forced in: the constructor must refuse it
     with pytest.raises(InstantiationException, match="hiden_dim"):
         build_model(cfg.model, 30, 30)
+
+
+def test_one_search_group_serves_training_translation_and_evaluation(compose_cfg) -> None:
+    """The decoding keys and defaults are written once (configs/search/); translate and evaluate
+    leave every key null, meaning the checkpoint's own train.search."""
+    assert _options("search") == ["checkpoint", "default"]
+    default = OmegaConf.load(CONFIG_DIR / "search" / "default.yaml")
+    assert OmegaConf.to_container(compose_cfg().train.search) == OmegaConf.to_container(default)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        translate, evaluate = compose("translate", overrides=["ckpt=x"]), compose("evaluate", overrides=["out_dir=o"])
+    for node in (translate, evaluate.search):
+        assert {key: node[key] for key in default} == dict.fromkeys(default)
+    SearchSettings(**compose_cfg().train.search)  # the defaults pass the one check
