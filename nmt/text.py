@@ -53,19 +53,20 @@ def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def decode_lines(raw: bytes, name: str, errors: str = "strict") -> list[str]:
+def decode_lines(raw: bytes, name: str, errors: str = "strict", first_line: int = 1) -> list[str]:
     """Split UTF-8 bytes into lines at ``\\n`` only (not at the other characters ``str.splitlines``
     breaks on, such as ``\\x0b`` or ``\\u2028``), dropping one final empty line and trailing ``\\r``.
     Control characters other than the tab become spaces, with one warning naming the lines.
 
     :param name: the file name used in error messages (e.g. ``<stdin>``).
     :param errors: ``strict`` or ``replace``, as for :func:`read_lines`.
+    :param first_line: the number of the first line in messages (a stream read in parts).
     """
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     out, controlled = [], []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         try:
             text = line.decode("utf-8", errors=errors).rstrip("\r")
         except UnicodeDecodeError as e:

@@ -12,41 +12,28 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from nmt.checkpoint import load_model
 from nmt.errors import ConfigError, command_errors
-from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure, save_figure
-from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.search import SearchSettings
 from nmt.text import DataError, decode_lines, read_lines
+from nmt.translator import Translation, translate_lines
 from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
 
 BAD_UTF8 = ("error", "replace")
-
-
-@dataclass
-class Translation:
-    """The result for one input line.
-
-    :ivar src_ids: the source subwords translated (after truncation; [] for an empty line).
-    :ivar hypotheses: best first; [] for an empty line.
-    """
-
-    src_ids: list[int]
-    hypotheses: list[Hypothesis]
 
 
 def check_output_is_not_input(input_path: str, output_path: str) -> None:
@@ -84,63 +71,16 @@ def read_input(path: str, on_bad_utf8: str) -> list[str]:
         raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
 
 
-def encode_sources(lines: list[str], src_vocab: Vocab, max_src_len: int) -> list[list[int]]:
-    """Subword ids of each line, truncated to ``max_src_len`` with a warning naming the line."""
-    if max_src_len < 1:
-        raise ValueError(f"max_src_len={max_src_len}: must be at least 1")
-    ids = src_vocab.encode(lines)
-    for number, line_ids in enumerate(ids, start=1):
-        if len(line_ids) > max_src_len:
-            log.warning("line %d: %d subwords, translating only the first %d (max_src_len=%d)",
-                        number, len(line_ids), max_src_len, max_src_len)  # fmt: skip
-            ids[number - 1] = line_ids[:max_src_len]
-    return ids
-
-
-def translate_lines(
-    model: Seq2Seq,
-    src_vocab: Vocab,
-    lines: list[str],
-    settings: SearchSettings,
-    batch_size: int,
-    batch_unit: str,
-    device: torch.device,
-    max_src_len: int,
-    return_attention: bool = False,
-    progress=None,
-) -> list[Translation]:
-    """Translate ``lines``; one :class:`Translation` per line, in order.
-
-    Lines without any subword (empty, blank, or only characters the normaliser removes) are not
-    given to the model: their translation is empty.
-
-    :param settings: greedy or beam search, length penalty, output limit.
-    :param batch_size: sentences, or padded source subwords, per batch (``batch_unit``).
-    :param batch_unit: ``sentences`` or ``tokens``.
-    :param max_src_len: longer sources are cut to their first ``max_src_len`` subwords (warning).
-    :param return_attention: keep the best hypotheses' attention (T, S) for alignments.
-    :param progress: optional callable ``progress(sentences_done)``, called after each batch.
-    """
-    src_ids = encode_sources(lines, src_vocab, max_src_len)
-    nonempty = [i for i, ids in enumerate(src_ids) if ids]
-    hyps = translate_ids(
-        model, [src_ids[i] for i in nonempty], settings, batch_size, device, return_attention, progress, batch_unit
-    )
-    out = [Translation(ids, []) for ids in src_ids]
-    for i, sentence_hyps in zip(nonempty, hyps):
-        out[i].hypotheses = sentence_hyps
-    return out
-
-
 def _one_line(text: str) -> str:
     """A translation never breaks the one-line-per-input contract."""
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def format_translations(translations: list[Translation], tgt_vocab: Vocab, n_best: int) -> str:
-    """The output text: one line per translation, or up to ``n_best`` tab-separated lines each."""
+def format_translations(translations: list[Translation], tgt_vocab: Vocab, n_best: int, first_index: int = 0) -> str:
+    """The output text: one line per translation, or up to ``n_best`` tab-separated lines each
+    (``index`` counts input lines from ``first_index``)."""
     out = []
-    for index, translation in enumerate(translations):
+    for index, translation in enumerate(translations, start=first_index):
         hyps = translation.hypotheses
         if n_best == 1:
             out.append(_one_line(tgt_vocab.decode(hyps[0].tokens)) if hyps else "")
@@ -151,7 +91,9 @@ def format_translations(translations: list[Translation], tgt_vocab: Vocab, n_bes
     return "".join(line + "\n" for line in out)
 
 
-def write_attention(folder: str | Path, translations: list[Translation], src_vocab: Vocab, tgt_vocab: Vocab) -> int:
+def write_attention(
+    folder: str | Path, translations: list[Translation], src_vocab: Vocab, tgt_vocab: Vocab, first_index: int = 0
+) -> int:
     """For each non-empty sentence ``i`` (0-based), ``{i:06d}.png`` (heatmap of the best hypothesis)
     and ``{i:06d}.json``: ``source`` (S subwords, ``</s>`` included), ``target`` (T subwords, ``</s>``
     included) and ``weights``, a T x S list (row t: attention over the source when emitting target t).
@@ -161,7 +103,7 @@ def write_attention(folder: str | Path, translations: list[Translation], src_voc
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = 0
-    for index, translation in enumerate(translations):
+    for index, translation in enumerate(translations, start=first_index):
         if not translation.hypotheses:
             continue
         best = translation.hypotheses[0]
@@ -194,9 +136,21 @@ def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> Sear
     return SearchSettings.from_checkpoint(checkpoint_config.train.search, {key: cfg[key] for key in SEARCH_KEYS})
 
 
+def interactive(cfg: DictConfig) -> bool:
+    """Stream (see :func:`translate_stream`) when standard input is a terminal or a pipe and the
+    translations go to standard output; a file in, or a file out, is translated in batches."""
+    if cfg.input != "-" or cfg.output != "-":
+        return False
+    return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+
+
 def translate(cfg: DictConfig) -> dict[str, float]:
     """Everything ``python -m nmt.translate`` does; returns the summary figures."""
     check_output_is_not_input(cfg.input, cfg.output)
+    if cfg.on_bad_utf8 not in BAD_UTF8:
+        raise ConfigError(f"on_bad_utf8={cfg.on_bad_utf8!r}: choose one of {', '.join(BAD_UTF8)}")
+    if interactive(cfg):
+        return translate_stream(cfg)
     lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -223,17 +177,64 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     if cfg.attention_dir is not None:
         count = write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab)
         log.info("wrote %d alignments to %s", count, cfg.attention_dir)
-    summary = {
-        "sentences": float(len(lines)),
-        "src_tokens": float(sum(len(t.src_ids) for t in translations)),
-        "tgt_tokens": float(sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)),
-        "seconds": seconds,
-        "sentences_per_s": len(lines) / max(seconds, 1e-9),
-        "load_seconds": load_seconds,
-    }
+    src_tokens = sum(len(t.src_ids) for t in translations)
+    tgt_tokens = sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+    return _summary(len(lines), src_tokens, tgt_tokens, seconds, load_seconds)
+
+
+def translate_stream(cfg: DictConfig) -> dict[str, float]:
+    """Load the model once, then translate standard input as it arrives: whatever complete lines
+    one read returns are translated as one batch and written (and flushed) at once, so a user
+    typing, or a program sending one line and waiting, gets each translation as soon as its line
+    ends, while a fast pipe still fills batches. The output is the same as in batch mode."""
+    set_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    start = time.perf_counter()
+    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
+    load_seconds = time.perf_counter() - start
+    settings = settings_from_config(cfg, config)
+    if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
+        raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
+    max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
+    errors = "strict" if cfg.on_bad_utf8 == "error" else "replace"
+    log.info("loaded %s; translating standard input line by line as it arrives, %s", cfg.ckpt,
+             "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}")  # fmt: skip
+    done = src_tokens = tgt_tokens = 0
+    pending, start, fd = b"", time.perf_counter(), sys.stdin.fileno()
+    while True:
+        chunk = os.read(fd, 1 << 16)  # blocks until some input, or the end, is there
+        if chunk:
+            pending += chunk
+            if b"\n" not in pending:
+                continue
+            complete, pending = pending.rsplit(b"\n", 1)  # whole lines now; a partial one waits
+        elif pending:  # the end, after a last line without a newline
+            complete, pending = pending, b""
+        else:
+            break
+        try:
+            lines = decode_lines(complete + b"\n", "<stdin>", errors, first_line=done + 1)
+        except DataError as e:
+            raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
+        translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
+                                       max_src_len, return_attention=cfg.attention_dir is not None,
+                                       first_line=done + 1)  # fmt: skip
+        write_output("-", format_translations(translations, tgt_vocab, settings.n_best, first_index=done))
+        if cfg.attention_dir is not None:
+            write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
+        done += len(lines)
+        src_tokens += sum(len(t.src_ids) for t in translations)
+        tgt_tokens += sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+    return _summary(done, src_tokens, tgt_tokens, time.perf_counter() - start, load_seconds)
+
+
+def _summary(sentences: int, src_tokens: int, tgt_tokens: int, seconds: float, load_seconds: float) -> dict[str, float]:
+    """The closing log line and the figures :func:`translate` returns."""
+    rate = sentences / max(seconds, 1e-9)
     log.info("translated %d sentences, %d source / %d target subwords, in %.2fs: %.1f sentences/s",
-             len(lines), summary["src_tokens"], summary["tgt_tokens"], seconds, summary["sentences_per_s"])  # fmt: skip
-    return summary
+             sentences, src_tokens, tgt_tokens, seconds, rate)  # fmt: skip
+    return {"sentences": float(sentences), "src_tokens": float(src_tokens), "tgt_tokens": float(tgt_tokens),
+            "seconds": seconds, "sentences_per_s": rate, "load_seconds": load_seconds}  # fmt: skip
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")

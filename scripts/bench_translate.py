@@ -32,7 +32,7 @@ from nmt.corpora import multi30k_file, read_parallel
 from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.text import read_lines
-from nmt.translate import translate_lines
+from nmt.translator import translate_lines
 from nmt.utils import resolve_device, seed_everything, set_threads
 from nmt.vocab import VocabSettings, build_vocabs
 

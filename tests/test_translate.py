@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,8 @@ from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.text import DataError, decode_lines
-from nmt.translate import format_translations, read_input, translate, translate_lines
+from nmt.translate import format_translations, read_input, translate
+from nmt.translator import translate_lines
 
 CPU = torch.device("cpu")
 GREEDY = SearchSettings(beam_size=1, n_best=1, length_penalty="none", alpha=0.0, max_len_a=1.5, max_len_b=10)
@@ -309,3 +311,27 @@ def test_search_keys_given_to_translate_are_checked_like_trainings(smoke_run: Sm
     cfg = translate_cfg(ckpt=smoke_run.checkpoint, input=tmp_path / "in.txt", max_len_a=0, max_len_b=0)
     with pytest.raises(ValueError, match="max_len_a and max_len_b are both 0"):
         translate(cfg)
+
+
+def test_a_pipe_gets_each_translation_before_the_next_line_is_sent(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    """Interactive use: the model loads once, and every line's translation comes back (flushed)
+    while the next line has not been written yet; the answers equal the batch mode's."""
+    lines = smoke_run.test_src[:3] + [""] + smoke_run.test_src[3:4]
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.translate", f"ckpt={smoke_run.checkpoint}", "threads=1"],
+                            cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    answers = []
+    try:
+        for line in lines:
+            proc.stdin.write((line + "\n").encode())
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, f"no translation of {line!r} within 60 s while the pipe stays open"
+            answers.append(proc.stdout.readline().decode().rstrip("\n"))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    batch = _cli([f"ckpt={smoke_run.checkpoint}", f"input={tmp_path / 'in.txt'}"], tmp_path)
+    assert answers == batch.stdout.decode().split("\n")[:-1] and answers[3] == ""

@@ -1,0 +1,195 @@
+"""Translating from Python: :class:`Translator` loads a checkpoint once and translates strings,
+returning text, score, subwords and the attention matrix of each sentence; :func:`translate_lines`
+is the batched core that ``python -m nmt.translate`` uses too.
+
+    from nmt import Translator
+    t = Translator.from_checkpoint("runs/x/checkpoints/best.pt", device="cpu")
+    out = t.translate(["Ein Hund rennt.", "Zwei Männer spielen Fußball."], beam_size=5, return_attention=True)
+    out[0].text, out[0].score, out[0].src_tokens, out[0].tgt_tokens, out[0].attention  # (T, S) numpy
+    t.plot_attention(out[0])  # a matplotlib Figure
+
+Decoding defaults to the checkpoint's own (its recipe's ``train.search``); each keyword given
+replaces one setting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from omegaconf import DictConfig
+
+from nmt.checkpoint import load_model
+from nmt.model import Seq2Seq
+from nmt.plotting import attention_figure
+from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.utils import resolve_device, set_threads
+from nmt.vocab import Vocab
+
+log = logging.getLogger("nmt.translate")
+
+
+@dataclass
+class Translation:
+    """The result for one input line.
+
+    :ivar src_ids: the source subwords translated (after truncation; [] for an empty line).
+    :ivar hypotheses: best first; [] for an empty line.
+    """
+
+    src_ids: list[int]
+    hypotheses: list[Hypothesis]
+
+
+def encode_sources(lines: list[str], src_vocab: Vocab, max_src_len: int, first_line: int = 1) -> list[list[int]]:
+    """Subword ids of each line, truncated to ``max_src_len`` with a warning naming the line
+    (numbered from ``first_line``)."""
+    if max_src_len < 1:
+        raise ValueError(f"max_src_len={max_src_len}: must be at least 1")
+    ids = src_vocab.encode(lines)
+    for number, line_ids in enumerate(ids, start=first_line):
+        if len(line_ids) > max_src_len:
+            log.warning("line %d: %d subwords, translating only the first %d (max_src_len=%d)",
+                        number, len(line_ids), max_src_len, max_src_len)  # fmt: skip
+            ids[number - first_line] = line_ids[:max_src_len]
+    return ids
+
+
+def translate_lines(
+    model: Seq2Seq,
+    src_vocab: Vocab,
+    lines: list[str],
+    settings: SearchSettings,
+    batch_size: int,
+    batch_unit: str,
+    device: torch.device,
+    max_src_len: int,
+    return_attention: bool = False,
+    progress=None,
+    first_line: int = 1,
+) -> list[Translation]:
+    """Translate ``lines``; one :class:`Translation` per line, in order.
+
+    Lines without any subword (empty, blank, or only characters the normaliser removes) are not
+    given to the model: their translation is empty.
+
+    :param settings: greedy or beam search, length penalty, output limit.
+    :param batch_size: sentences, or padded source subwords, per batch (``batch_unit``).
+    :param batch_unit: ``sentences`` or ``tokens``.
+    :param max_src_len: longer sources are cut to their first ``max_src_len`` subwords (warning).
+    :param return_attention: keep the best hypotheses' attention (T, S) for alignments.
+    :param progress: optional callable ``progress(sentences_done)``, called after each batch.
+    :param first_line: the number of ``lines[0]`` in warnings (a stream translated in parts).
+    """
+    src_ids = encode_sources(lines, src_vocab, max_src_len, first_line)
+    nonempty = [i for i, ids in enumerate(src_ids) if ids]
+    hyps = translate_ids(
+        model, [src_ids[i] for i in nonempty], settings, batch_size, device, return_attention, progress, batch_unit
+    )
+    out = [Translation(ids, []) for ids in src_ids]
+    for i, sentence_hyps in zip(nonempty, hyps):
+        out[i].hypotheses = sentence_hyps
+    return out
+
+
+@dataclass
+class TranslationResult:
+    """One sentence translated by :meth:`Translator.translate`.
+
+    :ivar source: the input sentence.
+    :ivar text: the best translation, detokenized ("" for an input without any subword).
+    :ivar score: its model score (log-probability, length-normalised by the length penalty).
+    :ivar src_tokens: the source subwords the model read, ``</s>`` last (S of them).
+    :ivar tgt_tokens: the translation's subwords, ``</s>`` last (T of them).
+    :ivar attention: (T, S) float32 numpy array, row t the weights over the source when emitting
+        target t; None unless asked for, or when the model has no attention.
+    :ivar nbest: the ``n_best`` hypotheses as (text, score), best first (the first is ``text``).
+    """
+
+    source: str
+    text: str
+    score: float
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    attention: np.ndarray | None = None
+    nbest: list[tuple[str, float]] = field(default_factory=list)
+
+
+class Translator:
+    """A loaded model with its vocabularies and its checkpoint's decoding settings.
+
+    :param model: the model (eval mode, on ``device``).
+    :param src_vocab: source vocabulary. :param tgt_vocab: target vocabulary.
+    :param config: the checkpoint's config (its ``train.search`` is the default decoding).
+    :param device: where the model runs.
+    """
+
+    def __init__(self, model: Seq2Seq, src_vocab: Vocab, tgt_vocab: Vocab, config: DictConfig, device: torch.device):
+        self.model, self.src_vocab, self.tgt_vocab, self.config, self.device = model, src_vocab, tgt_vocab, config, device
+        self.settings = SearchSettings(**config.train.search)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str = "auto", threads: int = 0) -> Translator:
+        """Load a checkpoint written by ``nmt.train`` (or an averaged or trained-weights file).
+
+        :param device: ``auto`` (a GPU if there is one), ``cpu``, ``cuda``, ``cuda:1``...
+        :param threads: torch threads; 0 keeps torch's default.
+        :raise CheckpointError: one line naming the file, for any checkpoint that cannot be used.
+        """
+        set_threads(threads)
+        resolved = resolve_device(device)
+        return cls(*load_model(path, resolved), resolved)
+
+    @property
+    def has_attention(self) -> bool:
+        return self.model.decoder.attention.has_alignment
+
+    def translate(
+        self,
+        sentences: str | Sequence[str],
+        beam_size: int | None = None,
+        n_best: int | None = None,
+        length_penalty: str | None = None,
+        alpha: float | None = None,
+        max_len_a: float | None = None,
+        max_len_b: int | None = None,
+        return_attention: bool = False,
+        batch_size: int = 64,
+    ) -> TranslationResult | list[TranslationResult]:
+        """Translate one sentence (a string: one result) or several (a list: one result each, in order).
+
+        The decoding keywords default to the checkpoint's ``train.search``; ``return_attention``
+        fills :attr:`TranslationResult.attention` (None for a model without attention).
+        """
+        single = isinstance(sentences, str)
+        lines = [sentences] if single else list(sentences)
+        given = dict(beam_size=beam_size, n_best=n_best, length_penalty=length_penalty, alpha=alpha,
+                     max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
+        settings = SearchSettings.from_checkpoint(asdict(self.settings), given)
+        attend = return_attention and self.has_attention
+        translations = translate_lines(self.model, self.src_vocab, lines, settings, batch_size, "sentences",
+                                       self.device, self.config.data.max_len, return_attention=attend)  # fmt: skip
+        results = [self._result(line, t, attend) for line, t in zip(lines, translations)]
+        return results[0] if single else results
+
+    def _result(self, line: str, translation: Translation, attend: bool) -> TranslationResult:
+        src_tokens = self.src_vocab.pieces(translation.src_ids) + ["</s>"]
+        if not translation.hypotheses:  # no subword in the line: nothing was translated
+            return TranslationResult(line, "", 0.0, src_tokens, ["</s>"], None, [("", 0.0)])
+        best = translation.hypotheses[0]
+        nbest = [(self.tgt_vocab.decode(h.tokens), float(h.score)) for h in translation.hypotheses]
+        attention = best.attention.float().numpy() if attend and best.attention is not None else None
+        return TranslationResult(line, nbest[0][0], float(best.score), src_tokens,
+                                 self.tgt_vocab.pieces(best.tokens) + ["</s>"], attention, nbest)  # fmt: skip
+
+    def plot_attention(self, result: TranslationResult, title: str = "") -> Figure:
+        """The heatmap of ``result.attention``: target subwords down, source subwords across."""
+        if result.attention is None:
+            raise ValueError("this result has no attention: translate with return_attention=True "
+                             "(and a model with attention)")  # fmt: skip
+        return attention_figure(result.attention, result.src_tokens, result.tgt_tokens, title=title or result.source)
