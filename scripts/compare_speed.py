@@ -1,6 +1,6 @@
 """Training speed of this checkout against another commit, side by side in one run.
 
-    python scripts/compare_speed.py --base c782ac7 --data-dir ../shared/data/multi30k
+    python scripts/compare_speed.py --base c782ac7 --data-dir /path/to/multi30k
     python scripts/compare_speed.py --base HEAD~3 --rounds 5 -- --threads 1 --overrides model/attention=none
 
 The base commit is checked out into a temporary git worktree; then ``scripts/benchmark.py`` of the
