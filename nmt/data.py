@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from nmt.corpora import load_corpus
 from nmt.text import ParallelText
+from nmt.tokens import pad_sources
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger(__name__)
@@ -141,20 +142,18 @@ class PairData:
     def collate(self, indices: np.ndarray) -> Batch:
         """Pad the pairs at ``indices`` into one :class:`Batch`."""
         n = len(indices)
-        src = np.full((n, int(self.src_lens[indices].max())), PAD_ID, dtype=np.int64)
+        src, src_lens = pad_sources([self.src_ids[i] for i in indices])
         tgt_in = np.full((n, int(self.tgt_lens[indices].max())), PAD_ID, dtype=np.int64)
         tgt_out = tgt_in.copy()
         for row, i in enumerate(indices):
-            s, t = self.src_ids[i], self.tgt_ids[i]
-            src[row, : len(s)] = s
-            src[row, len(s)] = EOS_ID
+            t = self.tgt_ids[i]
             tgt_in[row, 0] = BOS_ID
             tgt_in[row, 1 : len(t) + 1] = t
             tgt_out[row, : len(t)] = t
             tgt_out[row, len(t)] = EOS_ID
         return Batch(
-            torch.from_numpy(src),
-            torch.from_numpy(self.src_lens[indices]),
+            src,
+            src_lens,
             torch.from_numpy(tgt_in),
             torch.from_numpy(tgt_out),
             torch.from_numpy(np.asarray(indices, dtype=np.int64)),

@@ -38,6 +38,7 @@ from torch import Tensor
 from nmt.attention import Memory
 from nmt.decoder import DecoderState
 from nmt.model import Seq2Seq
+from nmt.tokens import pad_sources
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID
 
 LENGTH_PENALTIES = ("none", "average", "gnmt")
@@ -530,12 +531,8 @@ def translate_ids(
     lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)  # + EOS
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     for chunk in length_batches(lengths, batch_size, batch_unit) if len(src_ids) else []:
-        src = np.full((len(chunk), int(lengths[chunk].max())), PAD_ID, dtype=np.int64)  # (B, S)
-        for row, i in enumerate(chunk):
-            src[row, : lengths[i] - 1] = src_ids[i]
-            src[row, lengths[i] - 1] = EOS_ID
-        src_lens = torch.from_numpy(lengths[chunk])  # (B,) on the CPU, as the encoder wants
-        hyps = search(model, torch.from_numpy(src).to(device), src_lens, settings, return_attention)
+        src, src_lens = pad_sources([src_ids[i] for i in chunk])  # (B, S), (B,) on the CPU, as the encoder wants
+        hyps = search(model, src.to(device), src_lens, settings, return_attention)
         for i, sentence_hyps in zip(chunk, hyps):
             results[i] = sentence_hyps
         if progress is not None:
