@@ -136,6 +136,20 @@ def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> Sear
     return SearchSettings.from_checkpoint(checkpoint_config.train.search, {key: cfg[key] for key in SEARCH_KEYS})
 
 
+def _load(cfg: DictConfig) -> tuple:
+    """Threads, device and the model: (model, src_vocab, tgt_vocab, decoding settings with the
+    given keys, device, max_src_len, seconds spent loading)."""
+    set_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    start = time.perf_counter()
+    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
+    seconds = time.perf_counter() - start
+    if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
+        raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
+    max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
+    return model, src_vocab, tgt_vocab, settings_from_config(cfg, config), device, max_src_len, seconds
+
+
 def interactive(cfg: DictConfig) -> bool:
     """Stream (see :func:`translate_stream`) when standard input is a terminal or a pipe and the
     translations go to standard output; a file in, or a file out, is translated in batches."""
@@ -152,15 +166,7 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     if interactive(cfg):
         return translate_stream(cfg)
     lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
-    set_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    start = time.perf_counter()
-    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
-    load_seconds = time.perf_counter() - start
-    settings = settings_from_config(cfg, config)
-    if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
-        raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
-    max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
+    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
     log.info("loaded %s in %.1fs; translating %d lines on %s, %s", cfg.ckpt, load_seconds, len(lines), device,
              "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}")  # fmt: skip
 
@@ -187,15 +193,7 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
     one read returns are translated as one batch and written (and flushed) at once, so a user
     typing, or a program sending one line and waiting, gets each translation as soon as its line
     ends, while a fast pipe still fills batches. The output is the same as in batch mode."""
-    set_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    start = time.perf_counter()
-    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
-    load_seconds = time.perf_counter() - start
-    settings = settings_from_config(cfg, config)
-    if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
-        raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
-    max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
+    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
     errors = "strict" if cfg.on_bad_utf8 == "error" else "replace"
     log.info("loaded %s; translating standard input line by line as it arrives, %s", cfg.ckpt,
              "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}")  # fmt: skip
