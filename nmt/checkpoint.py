@@ -87,7 +87,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: checkpoint version {payload.get('version')} is not supported by this nmt "
             f"(which reads version {CHECKPOINT_VERSION})"
         )
+    upgrade_config(payload["config"])
     return payload
+
+
+# Data keys added after checkpoints were first written, with the values that reproduce what those
+# checkpoints' runs did (so that they resume and evaluate as before).
+ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1}
+ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
+
+
+def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Bring a checkpoint's config (a plain dict) to today's keys, in place: ``data.name`` became
+    ``data.kind`` when ``data=hf`` took ``data.name`` for the dataset's config; keys added since get
+    the values the run used."""
+    data = config.get("data")
+    if isinstance(data, dict) and "kind" not in data and data.get("name") in ("multi30k", "files", "synthetic"):
+        data["kind"] = data.pop("name")
+        for key, default in ADDED_DATA_KEYS.items():
+            data.setdefault(key, default)
+        if isinstance(data.get("vocab"), dict):
+            for key, default in ADDED_VOCAB_KEYS.items():
+                data["vocab"].setdefault(key, default)
+    return config
 
 
 def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:

@@ -28,7 +28,7 @@ from nmt.text import DataError
 
 VOCAB_TYPES = ("unigram", "bpe")
 MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones
-DATA_NAMES = ("multi30k", "files", "synthetic")
+DATA_KINDS = ("multi30k", "files", "synthetic", "hf")
 _ABSENT = object()
 
 
@@ -60,7 +60,7 @@ def check_search(cfg: DictConfig, prefix: str) -> None:
 RESUMABLE_TRAIN = ("max_epochs", "max_steps", "patience", "eval_every", "log_every", "keep_checkpoints", "threads",
                    "device", "decode_batch_size", "num_heatmaps", "val_beam_size", "search", "resume", "max_bad_steps",
                    "clip_norm", "label_smoothing", "amp", "dist_backend", "ema")  # fmt: skip
-RESUMABLE_DATA = ("dir", "cache_dir", "test_splits")
+RESUMABLE_DATA = ("dir", "cache_dir", "test_splits", "num_proc", "hf_cache_dir")
 
 
 def resumable(key: str) -> bool:
@@ -70,6 +70,8 @@ def resumable(key: str) -> bool:
     head = rest.split(".", 1)[0]
     if section == "model":
         return key.rsplit(".", 1)[-1].endswith("dropout")
+    if key == "data.vocab.sample_size":  # a resumed run keeps its checkpoint's subword models
+        return True
     return (section == "train" and head in RESUMABLE_TRAIN) or (section == "data" and head in RESUMABLE_DATA)
 
 
@@ -134,10 +136,16 @@ def _check_data(cfg: DictConfig) -> None:
     check_int(cfg, "data.vocab.size", MIN_VOCAB_SIZE)
     check_choice(cfg, "data.vocab.joint", (True, False))
     check_number(cfg, "data.vocab.character_coverage", lambda v: 0 < v <= 1, "a number in (0, 1]")
-    name = check_choice(cfg, "data.name", DATA_NAMES)
-    if name == "multi30k":
+    check_int(cfg, "data.vocab.sample_size", 1000)
+    check_int(cfg, "data.num_proc", 1)
+    if value(cfg, "data.max_train_pairs") is not None:
+        check_int(cfg, "data.max_train_pairs", 1)
+    kind = check_choice(cfg, "data.kind", DATA_KINDS)
+    if kind == "multi30k":
         _check_multi30k(cfg)
-    elif name == "files":
+    elif kind == "hf":
+        _check_hf(cfg)
+    elif kind == "files":
         for side in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
             check_file(cfg, f"data.{side}")
         if (value(cfg, "data.test_src") is None) != (value(cfg, "data.test_tgt") is None):
@@ -151,6 +159,19 @@ def _check_data(cfg: DictConfig) -> None:
         check_int(cfg, "data.max_words", min_words)
         for key in ("data.train_size", "data.valid_size", "data.test_size"):
             check_int(cfg, key, 1)
+
+
+def _check_hf(cfg: DictConfig) -> None:
+    if value(cfg, "data.path") in (None, ""):
+        raise ConfigError("data.path: name the dataset, e.g. data.path=wmt14 data.name=de-en, or data.path=parquet")
+    for role in ("train", "valid"):
+        if value(cfg, f"data.splits.{role}") in (None, ""):
+            raise ConfigError(f"data.splits.{role}: name the dataset's {role} split (e.g. train, validation)")
+    columns = value(cfg, "data.src_column"), value(cfg, "data.tgt_column")
+    if (columns[0] is None) != (columns[1] is None):
+        raise ConfigError("data.src_column and data.tgt_column: give both (two text columns) or neither")
+    if columns[0] is None and value(cfg, "data.src_lang") == value(cfg, "data.tgt_lang"):
+        raise ConfigError(f"data.src_lang and data.tgt_lang are both {value(cfg, 'data.src_lang')!r}; choose two languages")
 
 
 def _check_multi30k(cfg: DictConfig) -> None:

@@ -1,6 +1,12 @@
 """Where parallel text comes from: Multi30k task 1 (Elliott et al. 2016), the user's own files, or
-the synthetic reordering task of :mod:`nmt.synthetic`. Everything here returns plain strings;
-subwords and batching live in :mod:`nmt.data`.
+the synthetic reordering task of :mod:`nmt.synthetic`, or any Hugging Face dataset (:mod:`nmt.hub`).
+A run reads every split as a :class:`TextSplit`: Arrow columns ``src`` and ``tgt``, memory-mapped from
+a file on disk, so that a corpus larger than memory is never held as Python strings. Subwords and
+batching live in :mod:`nmt.data`.
+
+Plain and gzipped text files are converted once, streaming, into ``<data.cache_dir>/text/<key>.arrow``,
+where the key is made from the files' paths, sizes and modification times (so an edited file is
+read again).
 
 Multi30k files are looked for, in order, in ``data.dir`` (or ``$NMT_MULTI30K_DIR``), then in the
 download cache ``<data.cache_dir>/multi30k``, and are otherwise downloaded from the official
@@ -11,15 +17,25 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import logging
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
+from typing import IO
 
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nmt.hub import load_hub_splits
 from nmt.synthetic import synthetic_corpus
-from nmt.text import DataError, ParallelText, read_lines
-from nmt.utils import atomic_write_bytes
+from nmt.text import DataError, ParallelText, TextSplit, iter_lines, read_lines
+from nmt.utils import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +68,77 @@ MULTI30K_SHA256 = {
 }
 
 
+# --------------------------------------------------------------------------- a split as Arrow columns
+
+
+TEXT_FORMAT = 1  # bump when the layout of the cached Arrow text files changes
+ROWS_PER_RECORD_BATCH = 10_000
+
+
+def pairs_from_files(src_path: str | Path, tgt_path: str | Path, cache_dir: str | Path) -> TextSplit:
+    """Both sides of a split, converted once (streaming) into a cached Arrow file and memory-mapped.
+
+    The files are read with the rules of :func:`nmt.text.read_lines` (UTF-8, ``\\n`` only, control
+    characters to spaces); files with different line counts are refused.
+    """
+    paths = [Path(src_path), Path(tgt_path)]
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+    stamp = [TEXT_FORMAT] + [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
+    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
+    target = Path(cache_dir) / "text" / f"{key}.arrow"
+    if not target.is_file():
+        log.info("reading %s and %s into %s", *paths, target)
+        atomic_write(target, lambda f: _write_pairs(f, paths[0], paths[1]))
+    return TextSplit(datasets.Dataset.from_file(str(target)), str(paths[0]), str(paths[1]))
+
+
+def _write_pairs(out: IO[bytes], src_path: Path, tgt_path: Path) -> None:
+    """Stream two parallel text files into an Arrow IPC stream of record batches (bounded memory)."""
+    schema = pa.schema([("src", pa.string()), ("tgt", pa.string())])
+    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
+    done = 0
+    with pa.ipc.new_stream(out, schema) as writer:
+        while True:
+            src = list(islice(src_lines, ROWS_PER_RECORD_BATCH))
+            tgt = list(islice(tgt_lines, ROWS_PER_RECORD_BATCH))
+            if len(src) != len(tgt):
+                n_src = done + len(src) + sum(1 for _ in src_lines)
+                n_tgt = done + len(tgt) + sum(1 for _ in tgt_lines)
+                raise DataError(_length_mismatch(src_path, n_src, tgt_path, n_tgt))
+            if not src:
+                return
+            writer.write_batch(pa.record_batch([pa.array(src, pa.string()), pa.array(tgt, pa.string())], schema=schema))
+            done += len(src)
+
+
+def _length_mismatch(src_path, n_src: int, tgt_path, n_tgt: int) -> str:
+    return (
+        f"parallel files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines; "
+        "line i of one must translate line i of the other"
+    )
+
+
+def content_key(pairs: datasets.Dataset, columns: Sequence[str] = ("src", "tgt")) -> str:
+    """A key of the text in ``columns``: the same text gives the same key, whatever file it came from.
+
+    Hashes the Arrow buffers (UTF-8 bytes and string lengths) batch by batch, without building Python
+    strings: a few seconds for millions of pairs.
+    """
+    digest = hashlib.sha256(json.dumps(list(columns)).encode())
+    for table in pairs.with_format("arrow").iter(batch_size=100_000):
+        for name in columns:
+            array = table.column(name).combine_chunks()
+            if array.null_count:
+                raise DataError(f"column {name!r} has {array.null_count} missing values; they must be dropped first")
+            array = array.cast(pa.large_string())
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+            digest.update(np.diff(offsets).tobytes())
+            digest.update(memoryview(array.buffers()[2])[offsets[0] : offsets[-1]] if len(array) else b"")
+    return digest.hexdigest()[:20]
+
+
 # --------------------------------------------------------------------------- reading files
 
 
@@ -59,10 +146,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
     """Both sides of a split; files with different line counts are refused."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
-        raise DataError(
-            f"parallel files differ in length: {src_path} has {len(src)} lines, "
-            f"{tgt_path} has {len(tgt)} lines; line i of one must translate line i of the other"
-        )
+        raise DataError(_length_mismatch(src_path, len(src), tgt_path, len(tgt)))
     return ParallelText(src, tgt, str(src_path), str(tgt_path))
 
 
@@ -137,10 +221,10 @@ def load_multi30k(
     }
 
 
-def load_corpus(data_cfg) -> dict[str, ParallelText]:
+def load_corpus(data_cfg) -> dict[str, TextSplit]:
     """All splits a run uses, by role: ``train``, ``valid`` and one entry per test split.
 
-    :param data_cfg: the ``data`` config node (``name`` is ``multi30k``, ``files`` or ``synthetic``).
+    :param data_cfg: the ``data`` config node (``kind`` is ``multi30k``, ``files``, ``synthetic`` or ``hf``).
     """
     corpus = _read_corpus(data_cfg)
     for role, text in corpus.items():
@@ -148,35 +232,54 @@ def load_corpus(data_cfg) -> dict[str, ParallelText]:
     return corpus
 
 
-def check_has_text(text: ParallelText, role: str) -> None:
+def check_has_text(text: TextSplit, role: str) -> None:
     """Refuse a split with no pair that has text on both sides (an empty file, or only empty lines):
     sentencepiece cannot learn from it, and nothing can be trained or scored on it."""
-    if any(s.strip() and t.strip() for s, t in zip(text.src, text.tgt)):
-        return
+    for table in text.pairs.with_format("arrow").iter(batch_size=100_000):
+        has = [pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(table.column(c).fill_null(""))), 0) for c in ("src", "tgt")]
+        if pc.any(pc.and_(*has)).as_py():
+            return
     what = "are empty (0 lines)" if len(text) == 0 else f"have {len(text)} lines but none with text on both sides"
-    raise DataError(f"the {role} split {text.src_path} / {text.tgt_path} {what}; it needs sentence pairs")
+    raise DataError(f"the {role} split {text.src_name} / {text.tgt_name} {what}; it needs sentence pairs")
 
 
-def _read_corpus(data_cfg) -> dict[str, ParallelText]:
-    name = data_cfg.name
-    if name == "multi30k":
+def corpus_kind(data_cfg) -> str:
+    """``data.kind``; checkpoints written before ``data=hf`` existed called it ``data.name``."""
+    return data_cfg.get("kind") or data_cfg.get("name")
+
+
+def _read_corpus(data_cfg) -> dict[str, TextSplit]:
+    kind = corpus_kind(data_cfg)
+    cache = Path(data_cfg.cache_dir)
+    if kind == "multi30k":
+        check_multi30k_pair(data_cfg.src_lang, data_cfg.tgt_lang)
         splits = {"train": data_cfg.train_split, "valid": data_cfg.valid_split}
         splits.update({split: split for split in data_cfg.test_splits})
-        return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, splits, data_cfg.dir, data_cfg.cache_dir)
-    if name == "files":
+        return {
+            role: pairs_from_files(
+                multi30k_file(split, data_cfg.src_lang, data_cfg.dir, cache),
+                multi30k_file(split, data_cfg.tgt_lang, data_cfg.dir, cache),
+                cache,
+            )
+            for role, split in splits.items()
+        }
+    if kind == "files":
         corpus = {
-            "train": read_parallel(data_cfg.train_src, data_cfg.train_tgt),
-            "valid": read_parallel(data_cfg.valid_src, data_cfg.valid_tgt),
+            "train": pairs_from_files(data_cfg.train_src, data_cfg.train_tgt, cache),
+            "valid": pairs_from_files(data_cfg.valid_src, data_cfg.valid_tgt, cache),
         }
         if data_cfg.test_src is not None:
-            corpus["test"] = read_parallel(data_cfg.test_src, data_cfg.test_tgt)
+            corpus["test"] = pairs_from_files(data_cfg.test_src, data_cfg.test_tgt, cache)
         return corpus
-    if name == "synthetic":
-        return synthetic_corpus(
+    if kind == "synthetic":
+        corpus = synthetic_corpus(
             seed=data_cfg.seed,
             vocab_size=data_cfg.words,
             min_len=data_cfg.min_words,
             max_len=data_cfg.max_words,
             sizes={"train": data_cfg.train_size, "valid": data_cfg.valid_size, "test": data_cfg.test_size},
         )
-    raise DataError(f"data.name={name!r}: choose multi30k, files or synthetic")
+        return {role: TextSplit.from_text(text) for role, text in corpus.items()}
+    if kind == "hf":
+        return load_hub_splits(data_cfg)
+    raise DataError(f"data.kind={kind!r}: choose multi30k, files, synthetic or hf")

@@ -11,6 +11,7 @@ padding low (a batch of 4096 target tokens holds ~4096 real ones, not ~1700 as w
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import shutil
 import tempfile
@@ -19,11 +20,12 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import sentencepiece as spm
 import torch
 from omegaconf import DictConfig
 
-from nmt.corpora import load_corpus
-from nmt.text import ParallelText
+from nmt.corpora import content_key, load_corpus
 from nmt.tokens import pad_sources
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, VocabSettings, build_vocabs
 
@@ -64,89 +66,161 @@ class Batch:
 
 # --------------------------------------------------------------------------- subword ids
 
-
-def _dataset_key(text: ParallelText, src_vocab: Vocab, tgt_vocab: Vocab) -> str:
-    digest = hashlib.sha256()
-    for side in (text.src, text.tgt):
-        digest.update("\n".join(side).encode("utf-8"))
-        digest.update(b"\0")
-    digest.update(src_vocab.sha256.encode())
-    digest.update(tgt_vocab.sha256.encode())
-    return digest.hexdigest()[:20]
+TOKENIZED_FORMAT = 2  # bump when the layout of the cached tokenized datasets changes
+MIN_ROWS_PER_PROCESS = 50_000  # smaller splits are encoded in this process (workers cost ~1 s to start)
+_ID_LIST = datasets.List(datasets.Value("int32"))
 
 
-def tokenize(text: ParallelText, src_vocab: Vocab, tgt_vocab: Vocab, cache_dir: Path) -> datasets.Dataset:
-    """A ``datasets.Dataset`` with columns ``src``, ``tgt`` (text) and ``src_ids``, ``tgt_ids``.
+def tokenize(
+    pairs: datasets.Dataset, src_vocab: Vocab, tgt_vocab: Vocab, cache_dir: Path, keep_text: bool = True, num_proc: int = 1
+) -> datasets.Dataset:
+    """A ``datasets.Dataset`` with the columns ``src_ids``, ``tgt_ids`` (int32 lists; and the text
+    columns ``src``, ``tgt`` when ``keep_text``), memory-mapped from ``cache_dir/<key>``.
 
-    The ids are added with ``Dataset.map`` and saved under ``cache_dir/<key>``, where the key is made
-    from the text and the subword models, so a later run on the same data loads them instead.
+    The ids are added with ``Dataset.map`` on Arrow batches (``num_proc`` worker processes on a large
+    split) and saved under a key made from the text and the subword models, so a later run on the
+    same data loads them instead.
     """
-    folder = Path(cache_dir) / _dataset_key(text, src_vocab, tgt_vocab)
+    key = hashlib.sha256(
+        f"{TOKENIZED_FORMAT}:{content_key(pairs)}:{src_vocab.sha256}:{tgt_vocab.sha256}:{keep_text}".encode()
+    ).hexdigest()[:20]
+    folder = Path(cache_dir) / key
     if (folder / "dataset_info.json").exists():
         return datasets.load_from_disk(str(folder))
-    pairs = datasets.Dataset.from_dict({"src": text.src, "tgt": text.tgt})
-    encoded = pairs.map(
-        lambda rows: {"src_ids": src_vocab.encode(rows["src"]), "tgt_ids": tgt_vocab.encode(rows["tgt"])},
-        batched=True,
-        batch_size=2000,
-        desc="subword ids",
-    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    encoded.save_to_disk(str(tmp))
     try:
-        tmp.rename(folder)  # atomic: another run may have finished first
-    except OSError:
+        features = {"src_ids": _ID_LIST, "tgt_ids": _ID_LIST}
+        if keep_text:
+            features = {"src": datasets.Value("string"), "tgt": datasets.Value("string"), **features}
+        encoded = pairs.select_columns(["src", "tgt"]).with_format("arrow").map(
+            _encode_batch,
+            batched=True,
+            batch_size=5000,
+            fn_kwargs={"src_model": src_vocab.model_proto, "tgt_model": tgt_vocab.model_proto, "keep_text": keep_text},
+            remove_columns=[] if keep_text else ["src", "tgt"],
+            features=datasets.Features(features),
+            num_proc=num_proc if num_proc > 1 and len(pairs) >= MIN_ROWS_PER_PROCESS else None,
+            cache_file_name=str(tmp / "map" / "ids.arrow"),
+            desc="subword ids",
+        )
+        encoded.with_format(None).save_to_disk(str(tmp / "dataset"))
+        del encoded
+        try:
+            (tmp / "dataset").rename(folder)  # atomic: another run may have finished first
+        except OSError:
+            pass
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return datasets.load_from_disk(str(folder))
 
 
-def filter_training_pairs(dataset: datasets.Dataset, max_len: int) -> datasets.Dataset:
-    """Drop pairs with an empty side and pairs longer than ``max_len`` subwords (training only)."""
-    src_lens = np.array([len(ids) for ids in dataset["src_ids"]])
-    tgt_lens = np.array([len(ids) for ids in dataset["tgt_ids"]])
-    empty = np.array([not s.strip() or not t.strip() for s, t in zip(dataset["src"], dataset["tgt"])])
-    too_long = ~empty & ((src_lens > max_len) | (tgt_lens > max_len))
-    if empty.any():
-        log.info("dropped %d training pairs with an empty or whitespace-only side", int(empty.sum()))
-    if too_long.any():
-        log.info("dropped %d training pairs longer than data.max_len=%d subwords", int(too_long.sum()), max_len)
-    keep = np.flatnonzero(~(empty | too_long))
-    if len(keep) == 0:
-        raise ValueError(
-            f"no training pairs left: {int(empty.sum())} have an empty side and {int(too_long.sum())} are longer "
-            f"than data.max_len={max_len} subwords; raise data.max_len"
-        )
-    return dataset.select(keep) if len(keep) < len(dataset) else dataset
+_PROCESSORS: dict[bytes, spm.SentencePieceProcessor] = {}  # one per model in each worker process
+
+
+def _encode_batch(table: pa.Table, src_model: bytes, tgt_model: bytes, keep_text: bool) -> pa.Table:
+    """Arrow in, Arrow out: subword ids of a batch as int32 list arrays built from flat numpy arrays."""
+    out = {"src": table.column("src"), "tgt": table.column("tgt")} if keep_text else {}
+    for side, model in (("src", src_model), ("tgt", tgt_model)):
+        sp = _PROCESSORS.get(model)
+        if sp is None:
+            sp = _PROCESSORS[model] = spm.SentencePieceProcessor(model_proto=model)
+        ids = sp.encode(table.column(side).to_pylist(), out_type=int)
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+        out[f"{side}_ids"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return pa.table(out)
 
 
 # --------------------------------------------------------------------------- batching
 
 
-class PairData:
-    """The subword ids of one split, held as numpy arrays for fast batching.
+class IdColumn:
+    """One column of subword-id lists read in place from Arrow: the ids stay in the (memory-mapped)
+    file and only the rows asked for are touched. The list offsets are the lengths column.
 
-    :param dataset: a dataset made by :func:`tokenize` (possibly filtered).
+    :param column: a chunked Arrow array of integer lists, e.g. ``dataset.data.column("src_ids")``.
     """
 
-    def __init__(self, dataset: datasets.Dataset) -> None:
-        self.src_ids = [np.asarray(ids, dtype=np.int64) for ids in dataset["src_ids"]]
-        self.tgt_ids = [np.asarray(ids, dtype=np.int64) for ids in dataset["tgt_ids"]]
-        # +1 for the EOS of the source and for the BOS/EOS of the target
-        self.src_lens = np.array([len(ids) + 1 for ids in self.src_ids], dtype=np.int64)
-        self.tgt_lens = np.array([len(ids) + 1 for ids in self.tgt_ids], dtype=np.int64)
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        chunks = [chunk for chunk in column.chunks if len(chunk)]
+        # ListArray.values is the whole child array; .offsets already account for a sliced chunk
+        self._values = [chunk.values.to_numpy(zero_copy_only=True) for chunk in chunks]
+        self._offsets = [chunk.offsets.to_numpy(zero_copy_only=True) for chunk in chunks]
+        self._starts = np.cumsum([0] + [len(chunk) for chunk in chunks])
+        self.lengths = np.concatenate([np.diff(o) for o in self._offsets] or [np.zeros(0, np.int32)]).astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self.src_ids)
+        return len(self.lengths)
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        chunk = int(np.searchsorted(self._starts, row, side="right")) - 1
+        i = row - self._starts[chunk]
+        offsets = self._offsets[chunk]
+        return self._values[chunk][offsets[i] : offsets[i + 1]]
+
+
+class PairData:
+    """The subword ids of one split, for batching: lengths in memory (numpy), ids read from Arrow.
+
+    :param dataset: a dataset made by :func:`tokenize`.
+    :param rows: the rows of ``dataset`` this split consists of, in order (default all); position
+        ``i`` of this object is row ``rows[i]`` of the dataset (see :meth:`filtered`).
+    """
+
+    def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None) -> None:
+        if dataset._indices is not None:  # a select()ed view: write the rows it maps to
+            dataset = dataset.flatten_indices()
+        table = dataset.data.table
+        self._src, self._tgt = IdColumn(table.column("src_ids")), IdColumn(table.column("tgt_ids"))
+        self._dataset = dataset
+        self.rows = np.arange(len(self._src)) if rows is None else np.asarray(rows, dtype=np.int64)
+        # +1 for the EOS of the source and for the BOS/EOS of the target
+        self.src_lens = self._src.lengths[self.rows] + 1
+        self.tgt_lens = self._tgt.lengths[self.rows] + 1
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def source(self, i: int) -> np.ndarray:
+        """The source subword ids of pair ``i`` (without EOS)."""
+        return self._src[int(self.rows[i])]
+
+    def target(self, i: int) -> np.ndarray:
+        """The target subword ids of pair ``i`` (without BOS/EOS)."""
+        return self._tgt[int(self.rows[i])]
+
+    def sources(self) -> list[list[int]]:
+        """Every source as a list of ids (for decoding a whole evaluation split)."""
+        return [self.source(i).tolist() for i in range(len(self))]
+
+    def filtered(self, max_len: int) -> PairData:
+        """Training pairs only: drop pairs with an empty side and pairs longer than ``max_len`` subwords."""
+        src, tgt = self.src_lens - 1, self.tgt_lens - 1
+        empty = (src == 0) | (tgt == 0)
+        too_long = ~empty & ((src > max_len) | (tgt > max_len))
+        if empty.any():
+            log.info("dropped %d training pairs with an empty or whitespace-only side", int(empty.sum()))
+        if too_long.any():
+            log.info("dropped %d training pairs longer than data.max_len=%d subwords", int(too_long.sum()), max_len)
+        keep = ~(empty | too_long)
+        if not keep.any():
+            raise ValueError(
+                f"no training pairs left: {int(empty.sum())} have an empty side and {int(too_long.sum())} are longer "
+                f"than data.max_len={max_len} subwords; raise data.max_len"
+            )
+        return self if keep.all() else PairData(self._dataset, self.rows[keep])
 
     def collate(self, indices: np.ndarray) -> Batch:
         """Pad the pairs at ``indices`` into one :class:`Batch`."""
         n = len(indices)
-        src, src_lens = pad_sources([self.src_ids[i] for i in indices])
+        src, src_lens = pad_sources([self.source(i) for i in indices])
         tgt_in = np.full((n, int(self.tgt_lens[indices].max())), PAD_ID, dtype=np.int64)
         tgt_out = tgt_in.copy()
         for row, i in enumerate(indices):
-            t = self.tgt_ids[i]
+            t = self.target(i)
             tgt_in[row, 0] = BOS_ID
             tgt_in[row, 1 : len(t) + 1] = t
             tgt_out[row, : len(t)] = t
@@ -241,20 +315,41 @@ class Splits:
     evaluation: dict[str, tuple[PairData, list[str], list[str]]]  # role -> (ids, sources, references)
 
 
-def prepare_data(data_cfg: DictConfig) -> Splits:
-    """Read the corpus, build (or reuse) the subword models and the tokenized datasets."""
+def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None) -> Splits:
+    """Read the corpus, build (or reuse) the subword models and the tokenized datasets.
+
+    :param vocabs: the subword models to use (a resumed run's, from its checkpoint); None = build or
+        reuse the cached ones for this corpus.
+    """
     corpus = load_corpus(data_cfg)
     cache = Path(data_cfg.cache_dir)
-    src_vocab, tgt_vocab = build_vocabs(
-        corpus["train"].src, corpus["train"].tgt, VocabSettings(**data_cfg.vocab), cache / "spm"
-    )
-    datasets_ = {role: tokenize(text, src_vocab, tgt_vocab, cache / "tokenized") for role, text in corpus.items()}
-    train_data = PairData(filter_training_pairs(datasets_["train"], data_cfg.max_len))
-    evaluation = {
-        role: (PairData(ds), corpus[role].src, corpus[role].tgt) for role, ds in datasets_.items() if role != "train"
-    }
+    train = corpus["train"].pairs
+    if data_cfg.get("max_train_pairs"):
+        train = subset(train, int(data_cfg.max_train_pairs))
+    settings = VocabSettings(**data_cfg.vocab)
+    src_vocab, tgt_vocab = vocabs or build_vocabs(train, settings, cache / "spm")
+    num_proc = int(data_cfg.get("num_proc") or 1)
+    ids = tokenize(train, src_vocab, tgt_vocab, cache / "tokenized", keep_text=False, num_proc=num_proc)
+    train_data = PairData(ids).filtered(data_cfg.max_len)
+    evaluation = {}
+    for role, split in corpus.items():
+        if role != "train":
+            data = PairData(tokenize(split.pairs, src_vocab, tgt_vocab, cache / "tokenized", num_proc=num_proc))
+            evaluation[role] = (data, split.pairs["src"], split.pairs["tgt"])
     log.info(
         "data: %d training pairs, %s; vocabularies %d/%d pieces",
         len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),
     )  # fmt: skip
     return Splits(src_vocab, tgt_vocab, train_data, evaluation)
+
+
+SUBSET_SEED = 0
+
+
+def subset(pairs: datasets.Dataset, count: int) -> datasets.Dataset:
+    """``count`` pairs drawn at random (always the same ones for the same corpus), in corpus order."""
+    if count >= len(pairs):
+        return pairs
+    rows = np.sort(np.random.default_rng(SUBSET_SEED).choice(len(pairs), size=count, replace=False))
+    log.info("data.max_train_pairs=%d: training on a fixed random subset of the %d pairs", count, len(pairs))
+    return pairs.select(rows)

@@ -49,6 +49,11 @@ class Dist:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+        if self.enabled:
+            dist.barrier()
+
     def gather(self, obj) -> list:
         """Every rank's ``obj``, in rank order, on every rank."""
         if not self.enabled:

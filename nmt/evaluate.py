@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.alignment import attention_stats
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.corpora import load_corpus, load_multi30k
+from nmt.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.errors import CheckpointError, command_errors
+from nmt.hub import load_hub_splits
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import SearchSettings, translate_ids
@@ -64,7 +65,7 @@ def decode_sources(
 
 def default_split(data_cfg: DictConfig) -> str:
     """The first test split of a corpus: ``data.test_splits[0]`` for Multi30k, else ``test``."""
-    return data_cfg.test_splits[0] if data_cfg.name == "multi30k" else "test"
+    return data_cfg.test_splits[0] if corpus_kind(data_cfg) == "multi30k" else "test"
 
 
 def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) -> ParallelText:
@@ -75,15 +76,22 @@ def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) ->
     :param data_dir: Multi30k folder overriding ``data.dir``.
     """
     split = split or default_split(data_cfg)
-    if data_cfg.name == "multi30k":
+    kind = corpus_kind(data_cfg)
+    if kind == "multi30k":
         return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir or data_cfg.dir,
                              data_cfg.cache_dir)[split]  # fmt: skip
     if split not in ("test", "valid"):
-        raise DataError(f"split={split!r}: a {data_cfg.name} corpus has the splits test and valid")
+        raise DataError(f"split={split!r}: a {kind} corpus has the splits test and valid")
+    if kind == "hf":
+        if data_cfg.splits.get(split) is None:
+            raise DataError(f"the checkpoint's dataset has no {split} split (data.splits.{split} is null)")
+        text = load_hub_splits(data_cfg, {split: data_cfg.splits[split]})[split]
+        return ParallelText(text.pairs["src"], text.pairs["tgt"], text.src_name, text.tgt_name)
     corpus = load_corpus(data_cfg)  # synthetic: regenerated from its seed; files: read
     if split not in corpus:
         raise DataError(f"the checkpoint's corpus has no {split} split (data.test_src is null)")
-    return corpus[split]
+    return ParallelText(corpus[split].pairs["src"], corpus[split].pairs["tgt"], corpus[split].src_name,
+                        corpus[split].tgt_name)  # fmt: skip
 
 
 def parse_named(items, what: str) -> dict[str, str]:

@@ -59,8 +59,7 @@ def translate_data(
     return_attention: bool = False,
 ) -> tuple[list[str], list[Hypothesis]]:
     """Decode every source of ``data``; return detokenized best hypotheses and the hypotheses."""
-    src_ids = [ids.tolist() for ids in data.src_ids]
-    nbest = translate_ids(model, src_ids, settings, batch_size, device, return_attention)
+    nbest = translate_ids(model, data.sources(), settings, batch_size, device, return_attention)
     best = [hyps[0] if hyps else Hypothesis([], float("-inf")) for hyps in nbest]
     return [tgt_vocab.decode(h.tokens) for h in best], best
 

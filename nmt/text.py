@@ -1,7 +1,8 @@
 """Reading text: UTF-8 lines of plain or gzipped files and of standard input, split at ``\\n``
 only, control characters turned into spaces, and errors that name the file and line. Both real
 corpora (:mod:`nmt.corpora`) and the synthetic task (:mod:`nmt.synthetic`) return a
-:class:`ParallelText`.
+:class:`ParallelText` (in memory), which every training run reads as a :class:`TextSplit` (Arrow
+columns, memory-mapped when they come from disk).
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nmt.errors import DataError
+
+if TYPE_CHECKING:  # nmt.translate reads text too, and should not pay for importing datasets
+    import datasets
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,30 @@ class ParallelText:
         return len(self.src)
 
 
+@dataclass
+class TextSplit:
+    """One split of a parallel corpus: ``pairs["src"][i]`` translates to ``pairs["tgt"][i]``.
+
+    :ivar pairs: a ``datasets.Dataset`` with the string columns ``src`` and ``tgt``.
+    :ivar src_name: where the source side came from (a file, or ``<hf:wmt14/de-en:train.de>``), for messages.
+    :ivar tgt_name: the same for the target side.
+    """
+
+    pairs: datasets.Dataset
+    src_name: str
+    tgt_name: str
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    @classmethod
+    def from_text(cls, text: ParallelText) -> TextSplit:
+        """A split held in memory (the synthetic task, small test sets)."""
+        import datasets
+
+        return cls(datasets.Dataset.from_dict({"src": text.src, "tgt": text.tgt}), text.src_path, text.tgt_path)
+
+
 def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
     """Lines of a UTF-8 text file, gzipped (``.gz``) or plain, without their line endings.
 
@@ -37,15 +67,39 @@ def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
         substitutes U+FFFD.
     """
     path = Path(path)
+    with _open(path) as f:
+        try:
+            raw = f.read()
+        except (OSError, EOFError) as e:
+            raise DataError(f"{path}: cannot read ({e}); is the file complete?") from e
+    return decode_lines(raw, str(path), errors)
+
+
+def iter_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
+    """The lines of :func:`read_lines` one at a time, for files larger than memory."""
+    path = Path(path)
+    controlled: list[int] = []
+    with _open(path) as f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline()
+            except (OSError, EOFError) as e:
+                raise DataError(f"{path}: cannot read ({e}); is the file complete?") from e
+            if not raw:
+                break
+            number += 1
+            text, changed = _decode_line(raw.removesuffix(b"\n"), str(path), number, errors)
+            if changed:
+                controlled.append(number)
+            yield text
+    _warn_controlled(str(path), controlled)
+
+
+def _open(path: Path):
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read ({e}); is the file complete?") from e
-    return decode_lines(raw, str(path), errors)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 # C0 and C1 control characters but the tab (and the newline, which splits lines): NUL, escape,
@@ -67,18 +121,29 @@ def decode_lines(raw: bytes, name: str, errors: str = "strict", first_line: int 
         lines.pop()
     out, controlled = [], []
     for number, line in enumerate(lines, start=first_line):
-        try:
-            text = line.decode("utf-8", errors=errors).rstrip("\r")
-        except UnicodeDecodeError as e:
-            raise DataError(
-                f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start : e.start + 4]!r}); "
-                "re-encode the file as UTF-8"
-            ) from None
-        if CONTROL_CHARACTERS.search(text):
-            text = CONTROL_CHARACTERS.sub(" ", text)
+        text, changed = _decode_line(line, name, number, errors)
+        if changed:
             controlled.append(number)
         out.append(text)
+    _warn_controlled(name, controlled)
+    return out
+
+
+def _decode_line(line: bytes, name: str, number: int, errors: str) -> tuple[str, bool]:
+    """One line (without its ``\\n``) as text, and whether control characters were replaced."""
+    try:
+        text = line.decode("utf-8", errors=errors).rstrip("\r")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{name}, line {number}: invalid UTF-8 at byte {e.start} ({line[e.start : e.start + 4]!r}); "
+            "re-encode the file as UTF-8"
+        ) from None
+    if CONTROL_CHARACTERS.search(text):
+        return CONTROL_CHARACTERS.sub(" ", text), True
+    return text, False
+
+
+def _warn_controlled(name: str, controlled: list[int]) -> None:
     if controlled:
         shown = ", ".join(map(str, controlled[:5])) + (f" and {len(controlled) - 5} more" if len(controlled) > 5 else "")
         log.warning("%s: control characters (NUL, escape, ...) replaced by spaces on line(s) %s", name, shown)
-    return out

@@ -35,6 +35,7 @@ from nmt.model import Seq2Seq, build_model
 from nmt.plotting import attention_figure
 from nmt.search import SearchSettings, greedy_search
 from nmt.utils import atomic_write_text, provenance
+from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")
 
@@ -137,7 +138,13 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, job: Dist, resume: tuple[Path, dict] | None) -> None:
         self.cfg, self.tcfg, self.run_dir, self.job = cfg, cfg.train, run_dir, job
-        self.data = prepare_data(cfg.data)
+        # a resumed run keeps its checkpoint's subword models, whatever the cache holds now
+        vocabs = (Vocab(resume[1]["vocab"]["src"]), Vocab(resume[1]["vocab"]["tgt"])) if resume else None
+        if not job.is_main:
+            job.barrier()  # rank 0 prepares and caches the data first; the others then read the cache
+        self.data = prepare_data(cfg.data, vocabs)
+        if job.is_main:
+            job.barrier()
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(job.device)
         objective = Objective(self.model)
         self.net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model gets saved
@@ -338,7 +345,7 @@ def _log_heatmaps(model, valid: PairData, data: Splits, settings, count: int, wr
         (hyp,) = greedy_search(
             model, batch.src, batch.src_lens, settings.max_len_a, settings.max_len_b, return_attention=True
         )[0]
-        src_labels = data.src_vocab.pieces(valid.src_ids[i]) + ["</s>"]
+        src_labels = data.src_vocab.pieces(valid.source(i)) + ["</s>"]
         tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
         fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")
         writer.add_figure(f"attention/valid_{i}", fig, step)  # closes the figure

@@ -3,21 +3,27 @@
 Every model made here has the four special ids of :mod:`nmt.tokens` (pad 0, unk 1, bos 2, eos 3).
 
 Models are trained on the training split only, and cached under a key made from the training text
-and the settings, so that a second run on the same data (whatever the file names) reuses them.
+and the settings, so that a second run on the same data (whatever the file names) reuses them. On a
+large corpus sentencepiece learns from a random sample of ``data.vocab.sample_size`` sentences, drawn
+by its own reservoir sampling from a stream of the corpus (never all of it in memory) with a fixed
+seed, so the same corpus and settings give the same model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import datasets
 import sentencepiece as spm
 
+from nmt.corpora import content_key
 from nmt.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.utils import atomic_write_bytes
 
@@ -75,22 +81,29 @@ class VocabSettings:
     :param size: number of pieces, specials included; a soft limit on tiny corpora.
     :param joint: one model for both languages (needed for tied source/target embeddings).
     :param character_coverage: fraction of characters covered by the model's alphabet.
+    :param sample_size: sentences sampled (per model) from a larger training corpus.
     """
 
     type: str
     size: int
     joint: bool
     character_coverage: float
+    sample_size: int = 1_000_000
+
+
+SAMPLING_SEED = 1  # sentencepiece's own generator (shuffling, sampling); fixed for reproducible models
 
 
 def train_sentencepiece(lines: Iterable[str], settings: VocabSettings) -> bytes:
-    """Train one sentencepiece model on ``lines`` and return its serialized proto."""
-    sentences = [line for line in lines if line.strip()]
-    if not sentences:
+    """Train one sentencepiece model on ``lines`` (streamed: any number) and return its serialized proto."""
+    sentences = (line for line in lines if line.strip())
+    first = next(sentences, None)
+    if first is None:
         raise ValueError("cannot train a sentencepiece model on an empty corpus")
+    spm.set_random_generator_seed(SAMPLING_SEED)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
+        sentence_iterator=itertools.chain([first], sentences),
         model_writer=model,
         model_type=settings.type,
         vocab_size=settings.size,
@@ -100,7 +113,7 @@ def train_sentencepiece(lines: Iterable[str], settings: VocabSettings) -> bytes:
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         hard_vocab_limit=False,  # tiny corpora get as many pieces as they support
-        input_sentence_size=2_000_000,
+        input_sentence_size=settings.sample_size,  # reservoir sampling over the stream
         shuffle_input_sentence=True,
         num_threads=2,
         minloglevel=2,
@@ -108,29 +121,24 @@ def train_sentencepiece(lines: Iterable[str], settings: VocabSettings) -> bytes:
     return model.getvalue()
 
 
-def _content_key(settings: VocabSettings, *texts: Sequence[str]) -> str:
-    digest = hashlib.sha256(json.dumps(settings.__dict__, sort_keys=True).encode())
-    for text in texts:
-        for line in text:
-            digest.update(line.encode("utf-8"))
-            digest.update(b"\n")
-        digest.update(b"\0")
-    return digest.hexdigest()[:20]
+def column_lines(pairs: datasets.Dataset, *columns: str) -> Iterator[str]:
+    """The lines of ``columns`` one after the other, read in batches from Arrow."""
+    for column in columns:
+        for batch in pairs.select_columns([column]).iter(batch_size=10_000):
+            yield from batch[column]
 
 
-def build_vocabs(
-    src_lines: Sequence[str], tgt_lines: Sequence[str], settings: VocabSettings, cache_dir: Path
-) -> tuple[Vocab, Vocab]:
+def build_vocabs(pairs: datasets.Dataset, settings: VocabSettings, cache_dir: Path) -> tuple[Vocab, Vocab]:
     """Source and target vocabularies for a training corpus, from the cache when possible.
 
-    :param src_lines: training source sentences.
-    :param tgt_lines: training target sentences.
-    :param settings: model type, size, joint or separate.
+    :param pairs: the training split, string columns ``src`` and ``tgt``.
+    :param settings: model type, size, joint or separate, sample size.
     :param cache_dir: folder of cached models, ``<cache_dir>/<key>/{src,tgt}.model``.
     :return: ``(src_vocab, tgt_vocab)``; the same object twice when ``settings.joint``.
     """
-    key = _content_key(settings, src_lines, tgt_lines)
-    folder = Path(cache_dir) / key
+    digest = hashlib.sha256(json.dumps(settings.__dict__, sort_keys=True).encode())
+    digest.update(content_key(pairs).encode())
+    folder = Path(cache_dir) / digest.hexdigest()[:20]
     src_path, tgt_path = folder / "src.model", folder / "tgt.model"
     if src_path.exists() and tgt_path.exists():
         log.info("reusing sentencepiece models from %s", folder)
@@ -138,10 +146,10 @@ def build_vocabs(
         return (src, src) if settings.joint else (src, tgt)
     log.info("training %s sentencepiece model(s), %d pieces, into %s", settings.type, settings.size, folder)
     if settings.joint:
-        src_proto = tgt_proto = train_sentencepiece([*src_lines, *tgt_lines], settings)
+        src_proto = tgt_proto = train_sentencepiece(column_lines(pairs, "src", "tgt"), settings)
     else:
-        src_proto = train_sentencepiece(src_lines, settings)
-        tgt_proto = train_sentencepiece(tgt_lines, settings)
+        src_proto = train_sentencepiece(column_lines(pairs, "src"), settings)
+        tgt_proto = train_sentencepiece(column_lines(pairs, "tgt"), settings)
     atomic_write_bytes(src_path, src_proto)
     atomic_write_bytes(tgt_path, tgt_proto)
     src = Vocab(src_proto)

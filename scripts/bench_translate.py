@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_model
-from nmt.corpora import multi30k_file, read_parallel
+from nmt.corpora import multi30k_file, pairs_from_files
 from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.text import read_lines
@@ -45,11 +45,12 @@ def untrained_reference(data_dir: Path, cache_dir: Path):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=multi30k_de_en", f"data.dir={data_dir}",
                                           f"data.cache_dir={cache_dir}"])  # fmt: skip
-    train = read_parallel(
+    train = pairs_from_files(
         multi30k_file(cfg.data.train_split, cfg.data.src_lang, str(data_dir), cache_dir),
         multi30k_file(cfg.data.train_split, cfg.data.tgt_lang, str(data_dir), cache_dir),
+        cache_dir,
     )
-    src_vocab, tgt_vocab = build_vocabs(train.src, train.tgt, VocabSettings(**cfg.data.vocab), cache_dir / "spm")
+    src_vocab, tgt_vocab = build_vocabs(train.pairs, VocabSettings(**cfg.data.vocab), cache_dir / "spm")
     seed_everything(0)
     return build_model(cfg.model, len(src_vocab), len(tgt_vocab)).eval(), src_vocab, tgt_vocab, cfg
 

@@ -225,7 +225,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
         root.setLevel(level)
         torch.set_num_threads(threads)
     test = load_corpus(cfg.data)["test"]
-    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
+    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.pairs["src"], test.pairs["tgt"])
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def test_every_group_has_options() -> None:
 
 def test_default_config(compose_cfg) -> None:
     cfg = compose_cfg()
-    assert cfg.data.name == "multi30k"
+    assert cfg.data.kind == "multi30k"
     assert cfg.model.encoder._target_ == "nmt.encoder.RNNEncoder" and cfg.model.encoder.bidirectional
     assert cfg.model.attention._target_ == "nmt.attention.BahdanauAttention"
     assert cfg.model.decoder._target_ == "nmt.decoder.BahdanauDecoder"
@@ -130,8 +130,9 @@ def test_data_synthetic_loads(compose_cfg) -> None:
 
 @pytest.mark.parametrize("option", _options("data"))
 def test_every_data_option_composes(compose_cfg, option: str) -> None:
-    cfg = compose_cfg(f"data={option}", *(FILES_OVERRIDES if option == "files" else []))
-    assert cfg.data.name == option
+    extra = {"files": FILES_OVERRIDES, "hf": ["data.path=parquet"]}.get(option, [])
+    cfg = compose_cfg(f"data={option}", *extra)
+    assert cfg.data.kind == option
     for key in ("src_lang", "tgt_lang", "cache_dir", "max_len", "max_tokens", "vocab"):
         assert key in cfg.data, key
     OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
@@ -183,7 +184,7 @@ def test_experiment_contents(compose_cfg) -> None:
         assert OmegaConf.to_container(noattn[key], resolve=True) == OmegaConf.to_container(reference[key], resolve=True)
     assert noattn.model.decoder == reference.model.decoder
     smoke = compose_cfg("experiment=smoke")
-    assert smoke.data.name == "synthetic"
+    assert smoke.data.kind == "synthetic"
     assert smoke.train.scheduler._target_ == "torch.optim.lr_scheduler.ConstantLR"
     assert build_model(smoke.model, 40, 40).num_parameters() < 200_000
 
@@ -205,7 +206,7 @@ def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: lis
 
 def test_command_line_overrides_the_experiment(compose_cfg) -> None:
     cfg = compose_cfg("experiment=smoke", "data=files", *FILES_OVERRIDES, "model/attention=luong_general")
-    assert cfg.data.name == "files"
+    assert cfg.data.kind == "files"
     assert cfg.data.max_tokens == OmegaConf.load(CONFIG_DIR / "experiment" / "smoke.yaml").data.max_tokens
     assert cfg.model.attention._target_ == "nmt.attention.LuongGeneralAttention"
 

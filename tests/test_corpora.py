@@ -5,23 +5,29 @@ touches the network: ``conftest._no_network`` makes every download fail."""
 from __future__ import annotations
 
 import gzip
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import datasets
 import pytest
-from conftest import ToyCorpus
+from conftest import ToyCorpus, write_lines
 from omegaconf import OmegaConf
 
 from nmt.corpora import (
     MULTI30K_ENV,
+    check_has_text,
     check_multi30k_pair,
+    content_key,
+    corpus_kind,
     load_corpus,
     load_multi30k,
     multi30k_file,
+    pairs_from_files,
     read_parallel,
 )
-from nmt.text import DataError, read_lines
+from nmt.text import DataError, TextSplit, read_lines
 
 LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]
 
@@ -206,26 +212,97 @@ def test_download_is_cached(tmp_path: Path, monkeypatch) -> None:
 # --------------------------------------------------------------------------- load_corpus
 
 
-def test_load_corpus_files(toy_corpus: ToyCorpus) -> None:
+def test_load_corpus_files(toy_corpus: ToyCorpus, tmp_path: Path) -> None:
     cfg = OmegaConf.create({
-        "name": "files", "train_src": str(toy_corpus.train_src), "train_tgt": str(toy_corpus.train_tgt),
+        "kind": "files", "train_src": str(toy_corpus.train_src), "train_tgt": str(toy_corpus.train_tgt),
         "valid_src": str(toy_corpus.valid_src), "valid_tgt": str(toy_corpus.valid_tgt),
-        "test_src": None, "test_tgt": None,
+        "test_src": None, "test_tgt": None, "cache_dir": str(tmp_path),
     })  # fmt: skip
     corpus = load_corpus(cfg)
     assert set(corpus) == {"train", "valid"}
-    assert corpus["train"].src == toy_corpus.src_lines and len(corpus["valid"]) == 30
+    assert corpus["train"].pairs["src"] == toy_corpus.src_lines and len(corpus["valid"]) == 30
+    assert corpus["train"].pairs.cache_files, "read from an Arrow file, not held in memory"
     cfg.test_src, cfg.test_tgt = str(toy_corpus.test_src), str(toy_corpus.test_tgt)
     assert set(load_corpus(cfg)) == {"train", "valid", "test"}
 
 
 def test_load_corpus_synthetic() -> None:
-    cfg = OmegaConf.create({"name": "synthetic", "seed": 1, "words": 10, "min_words": 2, "max_words": 5,
-                            "train_size": 30, "valid_size": 5, "test_size": 4})  # fmt: skip
+    cfg = OmegaConf.create({"kind": "synthetic", "seed": 1, "words": 10, "min_words": 2, "max_words": 5,
+                            "train_size": 30, "valid_size": 5, "test_size": 4, "cache_dir": "unused"})  # fmt: skip
     corpus = load_corpus(cfg)
     assert {role: len(text) for role, text in corpus.items()} == {"train": 30, "valid": 5, "test": 4}
 
 
-def test_load_corpus_unknown_name() -> None:
-    with pytest.raises(DataError, match="data.name='wmt'"):
-        load_corpus(OmegaConf.create({"name": "wmt"}))
+def test_load_corpus_unknown_kind() -> None:
+    with pytest.raises(DataError, match="data.kind='wmt'"):
+        load_corpus(OmegaConf.create({"kind": "wmt", "cache_dir": "data"}))
+
+
+def test_checkpoints_before_data_kind_still_name_their_corpus() -> None:
+    assert corpus_kind(OmegaConf.create({"name": "multi30k"})) == "multi30k"
+
+
+# --------------------------------------------------------------------------- text files as Arrow
+
+
+def test_pairs_from_files_converts_once_and_rereads_an_edited_file(tmp_path: Path, monkeypatch) -> None:
+    src = write_lines(tmp_path / "a.de", ["eins", "zwei\x1bdrei", ""])
+    tgt = write_lines(tmp_path / "a.en", ["one", "two three", "empty source"])
+    first = pairs_from_files(src, tgt, tmp_path / "cache")
+    assert first.pairs["src"] == ["eins", "zwei drei", ""], "the rules of read_lines: control characters to spaces"
+    assert first.pairs["tgt"] == ["one", "two three", "empty source"]
+    assert first.src_name == str(src)
+    files = list((tmp_path / "cache" / "text").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".arrow"
+    monkeypatch.setattr("nmt.corpora._write_pairs", lambda *a: pytest.fail("the cached Arrow file should be reused"))
+    assert pairs_from_files(src, tgt, tmp_path / "cache").pairs["tgt"] == first.pairs["tgt"]
+    monkeypatch.undo()
+    write_lines(tgt, ["one", "two three", "changed"])
+    os.utime(tgt, ns=(1, 1))  # a different modification time, whatever the clock's resolution
+    assert pairs_from_files(src, tgt, tmp_path / "cache").pairs["tgt"][2] == "changed"
+
+
+def test_pairs_from_files_streams_in_record_batches(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 7)
+    src = write_lines(tmp_path / "b.src", [f"s{i}" for i in range(30)])
+    tgt = write_lines(tmp_path / "b.tgt", [f"t{i}" for i in range(30)])
+    pairs = pairs_from_files(src, tgt, tmp_path).pairs
+    assert pairs["src"] == [f"s{i}" for i in range(30)] and pairs["tgt"][29] == "t29"
+    assert pairs.data.table.column("src").num_chunks == 5
+
+
+@pytest.mark.parametrize("extra", ["src", "tgt"])
+def test_pairs_from_files_refuses_different_line_counts(tmp_path: Path, monkeypatch, extra: str) -> None:
+    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 4)
+    src = write_lines(tmp_path / "c.src", ["x"] * (11 if extra == "src" else 10))
+    tgt = write_lines(tmp_path / "c.tgt", ["y"] * (11 if extra == "tgt" else 10))
+    counts = (11, 10) if extra == "src" else (10, 11)
+    with pytest.raises(DataError, match=f"c.src has {counts[0]} lines, .*c.tgt has {counts[1]} lines"):
+        pairs_from_files(src, tgt, tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "text").iterdir()), "no partial Arrow file is left"
+
+
+def test_pairs_from_files_names_the_line_with_invalid_utf8(tmp_path: Path) -> None:
+    src = tmp_path / "d.src"
+    src.write_bytes(b"gut\nschlecht \xff\n")
+    tgt = write_lines(tmp_path / "d.tgt", ["good", "bad"])
+    with pytest.raises(DataError, match="d.src, line 2: invalid UTF-8"):
+        pairs_from_files(src, tgt, tmp_path)
+
+
+def test_content_key_follows_the_text_not_the_storage(tmp_path: Path) -> None:
+    src, tgt = ["a b", "c", "d e f"], ["A B", "C", "D E F"]
+    in_memory = datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+    on_disk = pairs_from_files(write_lines(tmp_path / "x.src", src), write_lines(tmp_path / "x.tgt", tgt), tmp_path).pairs
+    assert content_key(in_memory) == content_key(on_disk)
+    # the same characters split differently into lines, a changed line, a selected view
+    assert content_key(datasets.Dataset.from_dict({"src": ["a bc", "", "d e f"], "tgt": tgt})) != content_key(on_disk)
+    assert content_key(datasets.Dataset.from_dict({"src": src, "tgt": ["A B", "C", "D E G"]})) != content_key(on_disk)
+    two = datasets.Dataset.from_dict({"src": src[1:], "tgt": tgt[1:]})
+    assert content_key(on_disk.select([1, 2])) == content_key(two)
+
+
+def test_split_without_text_is_refused(tmp_path: Path) -> None:
+    text = TextSplit(datasets.Dataset.from_dict({"src": ["", "a"], "tgt": ["  ", ""]}), "e.src", "e.tgt")
+    with pytest.raises(DataError, match="the train split e.src / e.tgt have 2 lines but none with text on both sides"):
+        check_has_text(text, "train")

@@ -8,20 +8,18 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from conftest import ToyCorpus
 
-from nmt.data import PairData, filter_training_pairs, shard, tokenize
-from nmt.text import ParallelText
+from nmt.corpora import pairs_from_files
+from nmt.data import IdColumn, PairData, shard, tokenize
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 
-def _dataset(src_ids: list[list[int]], tgt_ids: list[list[int]], src=None, tgt=None) -> datasets.Dataset:
-    n = len(src_ids)
-    return datasets.Dataset.from_dict({
-        "src": src or ["x"] * n, "tgt": tgt or ["y"] * n, "src_ids": src_ids, "tgt_ids": tgt_ids,
-    })  # fmt: skip
+def _dataset(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({"src_ids": src_ids, "tgt_ids": tgt_ids})
 
 
 def _random_data(n: int = 1500, max_len: int = 40, seed: int = 0) -> PairData:
@@ -168,39 +166,65 @@ def test_shard_deals_whole_batches_round_robin() -> None:
 # --------------------------------------------------------------------------- filtering
 
 
-def test_filter_training_pairs_drops_empty_and_long_pairs() -> None:
-    src = ["a b", "", "c", "   ", "d e f g", "h", "i j"]
-    tgt = ["A B", "X", "\t", "Y", "D", "H I J K L", "I J"]
+def test_filtered_drops_empty_and_long_pairs() -> None:
     src_ids = [[5, 6], [], [7], [], [8, 9, 10, 11], [12], [13, 14]]
     tgt_ids = [[5, 6], [15], [], [16], [17], [18, 19, 20, 21, 22], [23, 24]]
-    kept = filter_training_pairs(_dataset(src_ids, tgt_ids, src, tgt), max_len=3)
-    assert kept["src"] == ["a b", "i j"]
-    assert kept["tgt_ids"] == [[5, 6], [23, 24]]
+    kept = PairData(_dataset(src_ids, tgt_ids)).filtered(max_len=3)
+    assert kept.rows.tolist() == [0, 6]
+    assert [kept.source(i).tolist() for i in range(len(kept))] == [[5, 6], [13, 14]]
+    assert [kept.target(i).tolist() for i in range(len(kept))] == [[5, 6], [23, 24]]
+    assert kept.tgt_lens.tolist() == [3, 3]
+    assert kept.collate(np.array([1])).src.tolist() == [[13, 14, EOS_ID]]
     # max_len is inclusive
-    assert len(filter_training_pairs(_dataset(src_ids, tgt_ids, src, tgt), max_len=5)["src"]) == 4
+    assert len(PairData(_dataset(src_ids, tgt_ids)).filtered(max_len=5)) == 4
 
 
-def test_filter_keeps_everything_when_nothing_is_wrong() -> None:
-    dataset = _dataset([[5], [6, 7]], [[8], [9]], ["a", "b c"], ["A", "B"])
-    assert len(filter_training_pairs(dataset, max_len=10)) == 2
+def test_filtered_keeps_everything_when_nothing_is_wrong() -> None:
+    data = PairData(_dataset([[5], [6, 7]], [[8], [9]]))
+    assert data.filtered(max_len=10) is data
 
 
-def test_filter_refuses_to_leave_nothing() -> None:
+def test_filtered_refuses_to_leave_nothing() -> None:
     with pytest.raises(ValueError, match="no training pairs left"):
-        filter_training_pairs(_dataset([[5] * 9], [[6]], ["a"], ["b"]), max_len=3)
+        PairData(_dataset([[5] * 9], [[6]])).filtered(max_len=3)
+
+
+# --------------------------------------------------------------------------- ids read from Arrow
+
+
+def test_id_column_reads_rows_across_chunks_and_slices() -> None:
+    lists = [[1, 2], [3], [], [4, 5, 6], [7], [8, 9]]
+    whole = pa.array(lists, type=pa.list_(pa.int32()))
+    # chunks that are slices of bigger arrays, as Arrow files and select() produce them
+    column = pa.chunked_array([whole.slice(0, 2), whole.slice(2, 3), pa.array([], pa.list_(pa.int32())), whole.slice(5)])
+    ids = IdColumn(column)
+    assert len(ids) == 6 and ids.lengths.tolist() == [2, 1, 0, 3, 1, 2]
+    assert [ids[i].tolist() for i in range(6)] == lists
+
+
+def test_pair_data_of_a_selected_view_reads_the_selected_rows() -> None:
+    dataset = _dataset([[5], [6, 7], [8]], [[9], [10], [11, 12]]).select([2, 0])
+    data = PairData(dataset)
+    assert [data.source(i).tolist() for i in range(2)] == [[8], [5]]
+    assert [data.target(i).tolist() for i in range(2)] == [[11, 12], [9]]
 
 
 # --------------------------------------------------------------------------- tokenize
 
 
+def _pairs(src: list[str], tgt: list[str]) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+
+
 def test_tokenize_caches_to_disk(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path, monkeypatch) -> None:
-    text = ParallelText(toy_corpus.src_lines[:50], toy_corpus.tgt_lines[:50], "a.src", "a.tgt")
+    pairs = _pairs(toy_corpus.src_lines[:50], toy_corpus.tgt_lines[:50])
     cache = tmp_path / "tokenized"
-    first = tokenize(text, tiny_vocab, tiny_vocab, cache)
+    first = tokenize(pairs, tiny_vocab, tiny_vocab, cache)
     assert set(first.column_names) == {"src", "tgt", "src_ids", "tgt_ids"}
-    assert first["src"] == text.src and first["tgt"] == text.tgt
-    assert first["src_ids"] == tiny_vocab.encode(text.src)
-    assert first["tgt_ids"] == tiny_vocab.encode(text.tgt)
+    assert first["src"] == pairs["src"] and first["tgt"] == pairs["tgt"]
+    assert first["src_ids"] == tiny_vocab.encode(pairs["src"])
+    assert first["tgt_ids"] == tiny_vocab.encode(pairs["tgt"])
+    assert first.features["src_ids"].feature.dtype == "int32"
     folders = [p for p in cache.iterdir() if not p.name.startswith(".")]
     assert len(folders) == 1 and (folders[0] / "dataset_info.json").is_file()
     assert len(list(cache.iterdir())) == 1, "no temporary folders left behind"
@@ -208,24 +232,59 @@ def test_tokenize_caches_to_disk(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_p
     def no_encoding(*args, **kwargs):
         raise AssertionError("the cached dataset should have been loaded, not rebuilt")
 
-    monkeypatch.setattr(datasets.Dataset, "from_dict", no_encoding)
-    monkeypatch.setattr(Vocab, "encode", no_encoding)
-    again = tokenize(ParallelText(text.src, text.tgt, "other.src", "other.tgt"), tiny_vocab, tiny_vocab, cache)
+    monkeypatch.setattr(datasets.Dataset, "map", no_encoding)
+    again = tokenize(_pairs(list(pairs["src"]), list(pairs["tgt"])), tiny_vocab, tiny_vocab, cache)
     assert again["src_ids"] == first["src_ids"] and again["tgt_ids"] == first["tgt_ids"]
 
 
+def test_tokenize_without_text_keeps_only_ids(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path) -> None:
+    pairs = _pairs(toy_corpus.src_lines[:30], toy_corpus.tgt_lines[:30])
+    ids = tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path, keep_text=False)
+    assert ids.column_names == ["src_ids", "tgt_ids"]
+    assert ids["tgt_ids"] == tiny_vocab.encode(pairs["tgt"])
+
+
 def test_tokenize_cache_key_depends_on_text(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path) -> None:
-    a = ParallelText(toy_corpus.src_lines[:10], toy_corpus.tgt_lines[:10], "a", "b")
-    b = ParallelText(toy_corpus.src_lines[:10], toy_corpus.tgt_lines[1:11], "a", "b")
+    a = _pairs(toy_corpus.src_lines[:10], toy_corpus.tgt_lines[:10])
+    b = _pairs(toy_corpus.src_lines[:10], toy_corpus.tgt_lines[1:11])
     tokenize(a, tiny_vocab, tiny_vocab, tmp_path)
     second = tokenize(b, tiny_vocab, tiny_vocab, tmp_path)
     assert len(list(tmp_path.iterdir())) == 2
-    assert second["tgt"] == b.tgt
+    assert second["tgt"] == b["tgt"]
+
+
+def test_tokenize_with_worker_processes_gives_the_same_ids(
+    toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr("nmt.data.MIN_ROWS_PER_PROCESS", 10)  # use the workers on a small split
+    pairs = _pairs(toy_corpus.src_lines[:200], toy_corpus.tgt_lines[:200])
+    one = tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path / "one", num_proc=1)
+    two = tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path / "two", num_proc=2)
+    assert two["src_ids"] == one["src_ids"] and two["tgt_ids"] == one["tgt_ids"] and two["src"] == one["src"]
 
 
 def test_pair_data_lengths_count_eos(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path) -> None:
-    text = ParallelText(toy_corpus.src_lines[:20], toy_corpus.tgt_lines[:20], "a", "b")
-    data = PairData(tokenize(text, tiny_vocab, tiny_vocab, tmp_path))
+    pairs = _pairs(toy_corpus.src_lines[:20], toy_corpus.tgt_lines[:20])
+    data = PairData(tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path))
     assert len(data) == 20
-    assert data.src_lens.tolist() == [len(ids) + 1 for ids in tiny_vocab.encode(text.src)]
-    assert data.tgt_lens.tolist() == [len(ids) + 1 for ids in tiny_vocab.encode(text.tgt)]
+    assert data.src_lens.tolist() == [len(ids) + 1 for ids in tiny_vocab.encode(pairs["src"])]
+    assert data.tgt_lens.tolist() == [len(ids) + 1 for ids in tiny_vocab.encode(pairs["tgt"])]
+
+
+def test_memory_mapped_batches_equal_in_memory_batches(toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path) -> None:
+    """Files -> Arrow on disk -> ids memory-mapped gives exactly the batches of ids held in memory."""
+    split = pairs_from_files(toy_corpus.train_src, toy_corpus.train_tgt, tmp_path / "cache")
+    mapped = PairData(tokenize(split.pairs, tiny_vocab, tiny_vocab, tmp_path / "tok", keep_text=False)).filtered(100)
+    assert mapped._dataset.cache_files, "the ids should come from a file on disk"
+    src_ids, tgt_ids = tiny_vocab.encode(toy_corpus.src_lines), tiny_vocab.encode(toy_corpus.tgt_lines)
+    in_memory = PairData(datasets.Dataset.from_dict({"src_ids": src_ids, "tgt_ids": tgt_ids})).filtered(100)
+    assert not in_memory._dataset.cache_files
+    assert mapped.src_lens.tolist() == in_memory.src_lens.tolist()
+    for epoch in range(2):
+        a = mapped.token_batches(200, shuffle=True, seed=5, epoch=epoch)
+        b = in_memory.token_batches(200, shuffle=True, seed=5, epoch=epoch)
+        assert [x.tolist() for x in a] == [y.tolist() for y in b]
+        for x in a:
+            one, other = mapped.collate(x), in_memory.collate(x)
+            for name in ("src", "src_lens", "tgt_in", "tgt_out", "indices"):
+                assert torch.equal(getattr(one, name), getattr(other, name))

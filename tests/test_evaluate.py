@@ -352,8 +352,7 @@ def synthetic_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
                 "data.test_size=30", "data.max_words=30",
             ])  # fmt: skip
         corpus = load_corpus(cfg.data)
-        src_vocab, tgt_vocab = build_vocabs(corpus["train"].src, corpus["train"].tgt,
-                                            VocabSettings(**cfg.data.vocab), folder / "spm")  # fmt: skip
+        src_vocab, tgt_vocab = build_vocabs(corpus["train"].pairs, VocabSettings(**cfg.data.vocab), folder / "spm")
         torch.manual_seed(0)
         model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
         paths[attention] = folder / f"{attention}.pt"

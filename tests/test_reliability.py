@@ -624,3 +624,38 @@ def test_resume_changes_sorts_keys_into_applied_and_refused() -> None:
         OmegaConf.update(refused, key, new)
         with pytest.raises(ConfigError, match=rf"cannot resume x.pt: .*{re.escape(key)}: "):
             resume_changes(saved, refused, "x.pt")
+
+
+def test_a_checkpoint_from_before_data_kind_resumes_without_config_changes(corpus: ToyCorpus, tmp_path: Path) -> None:
+    """Checkpoints written before ``data=hf`` named the corpus ``data.name`` and lacked the keys added
+    with it; loading upgrades their config to today's, with the values their runs used."""
+    from omegaconf import OmegaConf
+
+    from nmt.checkpoint import upgrade_config
+    from nmt.config import resume_changes
+
+    cfg = _compose(_overrides(corpus, tmp_path / "cache"))
+    old = OmegaConf.to_container(cfg, resolve=True)
+    old["data"]["name"] = old["data"].pop("kind")
+    for key in ("max_train_pairs", "num_proc"):
+        del old["data"][key]
+    del old["data"]["vocab"]["sample_size"]
+    upgraded = upgrade_config(old)
+    assert upgraded["data"]["kind"] == "files" and "name" not in upgraded["data"]
+    assert upgraded["data"]["vocab"]["sample_size"] == 2_000_000, "what those runs sampled"
+    # the only difference, allowed because a resumed run keeps its checkpoint's subword models
+    assert resume_changes(upgraded, cfg, "old.pt") == ["data.vocab.sample_size: 2000000 -> 1000000"]
+
+
+def test_resume_uses_the_checkpoints_subword_models(corpus: ToyCorpus, tmp_path: Path, monkeypatch) -> None:
+    """A resumed run tokenizes with the vocabularies saved in its checkpoint, not with whatever the
+    sentencepiece cache holds (or would train) now."""
+    run = tmp_path / "run"
+    _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=2"), run)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a resumed run must not build vocabularies")
+
+    monkeypatch.setattr("nmt.data.build_vocabs", no_training)
+    results = _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=3", "train.resume=auto"), run)
+    assert results["steps"] == 3.0

@@ -65,7 +65,7 @@ def test_train_cli_end_to_end(tmp_path: Path) -> None:
     for name in ("best.pt", "last.pt"):
         payload = load_checkpoint(run / "checkpoints" / name)
         model, src_vocab, tgt_vocab, config = model_from_checkpoint(payload)
-        assert config.data.name == "files" and len(tgt_vocab) == model.decoder.output.out_features
+        assert config.data.kind == "files" and len(tgt_vocab) == model.decoder.output.out_features
         assert payload["train_state"]["progress"]["step"] <= results["steps"]
     assert load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == results["steps"]
     smoke = OmegaConf.load(CONFIG_DIR / "experiment" / "smoke.yaml")

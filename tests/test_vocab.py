@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import datasets
 import pytest
 import sentencepiece as spm
 from conftest import DICTIONARY, ToyCorpus, write_lines
 
 import nmt.vocab
-from nmt.text import read_lines
+from nmt.corpora import pairs_from_files
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, VocabSettings, build_vocabs, train_sentencepiece
 
 SETTINGS = VocabSettings(type="unigram", size=60, joint=True, character_coverage=1.0)
@@ -64,6 +65,25 @@ def test_empty_corpus_is_refused() -> None:
         train_sentencepiece(["", "   "], SETTINGS)
 
 
+def _pairs(src: list[str], tgt: list[str]) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+
+
+def test_sampling_is_reproducible_and_bounded(toy_corpus: ToyCorpus, monkeypatch) -> None:
+    """A sample smaller than the corpus: sentencepiece is asked for that many sentences, and the seeded
+    sampling gives the same model every time."""
+    settings = VocabSettings("unigram", 60, True, 1.0, sample_size=150)
+    seen: list[dict] = []
+    real = spm.SentencePieceTrainer.train
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: seen.append(kw) or real(**kw))
+    lines = toy_corpus.src_lines + toy_corpus.tgt_lines
+    assert len(lines) > 150
+    first, second = train_sentencepiece(lines, settings), train_sentencepiece(iter(lines), settings)
+    assert first == second
+    assert all(kw["input_sentence_size"] == 150 and kw["shuffle_input_sentence"] for kw in seen)
+    assert train_sentencepiece(lines, VocabSettings("unigram", 60, True, 1.0, sample_size=10_000)) != first
+
+
 def _spy_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = nmt.vocab.train_sentencepiece
@@ -79,26 +99,26 @@ def _spy_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_build_vocabs_caches_by_content(toy_corpus: ToyCorpus, tmp_path: Path, monkeypatch) -> None:
     calls = _spy_training(monkeypatch)
     cache = tmp_path / "spm"
-    src, tgt = build_vocabs(toy_corpus.src_lines, toy_corpus.tgt_lines, SETTINGS, cache)
+    src, tgt = build_vocabs(_pairs(toy_corpus.src_lines, toy_corpus.tgt_lines), SETTINGS, cache)
     assert len(calls) == 1
     assert src is tgt, "a joint vocabulary is one object"
     folders = list(cache.iterdir())
     assert len(folders) == 1 and {p.name for p in folders[0].iterdir()} == {"src.model", "tgt.model"}
 
-    # the same text under other file names: reused, not retrained
-    src_copy = read_lines(write_lines(tmp_path / "copy" / "other-name.de", toy_corpus.src_lines))
-    tgt_copy = read_lines(write_lines(tmp_path / "copy" / "other-name.en", toy_corpus.tgt_lines))
-    again, again_tgt = build_vocabs(src_copy, tgt_copy, SETTINGS, cache)
+    # the same text under other file names, read from Arrow files on disk: reused, not retrained
+    src_copy = write_lines(tmp_path / "copy" / "other-name.de", toy_corpus.src_lines)
+    tgt_copy = write_lines(tmp_path / "copy" / "other-name.en", toy_corpus.tgt_lines)
+    again, again_tgt = build_vocabs(pairs_from_files(src_copy, tgt_copy, tmp_path / "arrow").pairs, SETTINGS, cache)
     assert len(calls) == 1
     assert again is again_tgt and again.model_proto == src.model_proto
     assert len(list(cache.iterdir())) == 1
 
     # changed settings or changed text: retrained into a new folder
-    build_vocabs(toy_corpus.src_lines, toy_corpus.tgt_lines, VocabSettings("unigram", 70, True, 1.0), cache)
+    build_vocabs(_pairs(toy_corpus.src_lines, toy_corpus.tgt_lines), VocabSettings("unigram", 70, True, 1.0), cache)
     assert len(calls) == 2
-    build_vocabs(toy_corpus.src_lines, toy_corpus.tgt_lines, VocabSettings("bpe", 60, True, 1.0), cache)
+    build_vocabs(_pairs(toy_corpus.src_lines, toy_corpus.tgt_lines), VocabSettings("bpe", 60, True, 1.0), cache)
     assert len(calls) == 3
-    build_vocabs(toy_corpus.src_lines[:-1], toy_corpus.tgt_lines[:-1], SETTINGS, cache)
+    build_vocabs(_pairs(toy_corpus.src_lines[:-1], toy_corpus.tgt_lines[:-1]), SETTINGS, cache)
     assert len(calls) == 4
     assert len(list(cache.iterdir())) == 4
 
@@ -106,13 +126,13 @@ def test_build_vocabs_caches_by_content(toy_corpus: ToyCorpus, tmp_path: Path, m
 def test_separate_vocabularies(toy_corpus: ToyCorpus, tmp_path: Path, monkeypatch) -> None:
     calls = _spy_training(monkeypatch)
     settings = VocabSettings(type="unigram", size=40, joint=False, character_coverage=1.0)
-    src, tgt = build_vocabs(toy_corpus.src_lines, toy_corpus.tgt_lines, settings, tmp_path)
+    src, tgt = build_vocabs(_pairs(toy_corpus.src_lines, toy_corpus.tgt_lines), settings, tmp_path)
     assert src is not tgt and src.model_proto != tgt.model_proto
     assert len(calls) == 2
     # each side's model knows its own language: target words are unknown to the source model
     target_word = next(iter(DICTIONARY.values()))
     assert UNK_ID in src.encode([target_word])[0]
     assert UNK_ID not in tgt.encode([target_word])[0]
-    src2, tgt2 = build_vocabs(toy_corpus.src_lines, toy_corpus.tgt_lines, settings, tmp_path)
+    src2, tgt2 = build_vocabs(_pairs(toy_corpus.src_lines, toy_corpus.tgt_lines), settings, tmp_path)
     assert len(calls) == 2
     assert (src2.sha256, tgt2.sha256) == (src.sha256, tgt.sha256)
