@@ -22,7 +22,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import IO
@@ -127,7 +127,7 @@ def content_key(pairs: datasets.Dataset, columns: Sequence[str] = ("src", "tgt")
     strings: a few seconds for millions of pairs.
     """
     digest = hashlib.sha256(json.dumps(list(columns)).encode())
-    for table in pairs.with_format("arrow").iter(batch_size=100_000):
+    for table in arrow_batches(pairs, columns):
         for name in columns:
             array = table.column(name).combine_chunks()
             if array.null_count:
@@ -137,6 +137,40 @@ def content_key(pairs: datasets.Dataset, columns: Sequence[str] = ("src", "tgt")
             digest.update(np.diff(offsets).tobytes())
             digest.update(memoryview(array.buffers()[2])[offsets[0] : offsets[-1]] if len(array) else b"")
     return digest.hexdigest()[:20]
+
+
+def arrow_batches(pairs: datasets.Dataset, columns: Sequence[str], batch_size: int = 100_000) -> Iterator[pa.Table]:
+    """The rows of ``pairs`` in order, ``columns`` only, as Arrow tables of at most ``batch_size`` rows.
+
+    When the dataset is exactly its Arrow files (no selection or slice), they are read with plain file
+    reads rather than through the dataset's memory map, so the pages read once (to hash the corpus,
+    to sample it for sentencepiece) do not stay in this process's resident memory.
+    """
+    files = [f["filename"] for f in pairs.cache_files]
+    if files and pairs._indices is None and _rows_and_columns(files, columns) == len(pairs):
+        for path in files:
+            with pa.OSFile(path) as f:
+                for batch in pa.ipc.open_stream(f):
+                    table = pa.Table.from_batches([batch]).select(list(columns))
+                    for start in range(0, table.num_rows, batch_size):
+                        yield table.slice(start, batch_size)
+        return
+    yield from pairs.select_columns(list(columns)).with_format("arrow").iter(batch_size=batch_size)
+
+
+def _rows_and_columns(files: list[str], columns: Sequence[str]) -> int:
+    """Rows in the Arrow stream files (-1 if one lacks a column or is not a stream file)."""
+    rows = 0
+    try:
+        for path in files:
+            with pa.OSFile(path) as f:
+                reader = pa.ipc.open_stream(f)
+                if not set(columns) <= set(reader.schema.names):
+                    return -1
+                rows += sum(batch.num_rows for batch in reader)
+    except (OSError, pa.ArrowInvalid):
+        return -1
+    return rows
 
 
 # --------------------------------------------------------------------------- reading files
@@ -235,7 +269,7 @@ def load_corpus(data_cfg) -> dict[str, TextSplit]:
 def check_has_text(text: TextSplit, role: str) -> None:
     """Refuse a split with no pair that has text on both sides (an empty file, or only empty lines):
     sentencepiece cannot learn from it, and nothing can be trained or scored on it."""
-    for table in text.pairs.with_format("arrow").iter(batch_size=100_000):
+    for table in arrow_batches(text.pairs, ("src", "tgt")):
         has = [pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(table.column(c).fill_null(""))), 0) for c in ("src", "tgt")]
         if pc.any(pc.and_(*has)).as_py():
             return

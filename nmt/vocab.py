@@ -5,8 +5,8 @@ Every model made here has the four special ids of :mod:`nmt.tokens` (pad 0, unk 
 Models are trained on the training split only, and cached under a key made from the training text
 and the settings, so that a second run on the same data (whatever the file names) reuses them. On a
 large corpus sentencepiece learns from a random sample of ``data.vocab.sample_size`` sentences, drawn
-by its own reservoir sampling from a stream of the corpus (never all of it in memory) with a fixed
-seed, so the same corpus and settings give the same model.
+by its own reservoir sampling from a stream of the corpus (never all of it in memory), from a fixed
+seed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import datasets
 import sentencepiece as spm
 
-from nmt.corpora import content_key
+from nmt.corpora import arrow_batches, content_key
 from nmt.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.utils import atomic_write_bytes
 
@@ -124,8 +124,8 @@ def train_sentencepiece(lines: Iterable[str], settings: VocabSettings) -> bytes:
 def column_lines(pairs: datasets.Dataset, *columns: str) -> Iterator[str]:
     """The lines of ``columns`` one after the other, read in batches from Arrow."""
     for column in columns:
-        for batch in pairs.select_columns([column]).iter(batch_size=10_000):
-            yield from batch[column]
+        for table in arrow_batches(pairs, [column], batch_size=10_000):
+            yield from table.column(column).to_pylist()
 
 
 def build_vocabs(pairs: datasets.Dataset, settings: VocabSettings, cache_dir: Path) -> tuple[Vocab, Vocab]:

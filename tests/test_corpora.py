@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from nmt.corpora import (
     MULTI30K_ENV,
+    arrow_batches,
     check_has_text,
     check_multi30k_pair,
     content_key,
@@ -306,3 +307,18 @@ def test_split_without_text_is_refused(tmp_path: Path) -> None:
     text = TextSplit(datasets.Dataset.from_dict({"src": ["", "a"], "tgt": ["  ", ""]}), "e.src", "e.tgt")
     with pytest.raises(DataError, match="the train split e.src / e.tgt have 2 lines but none with text on both sides"):
         check_has_text(text, "train")
+
+
+def test_arrow_batches_read_exactly_the_datasets_rows(tmp_path: Path, monkeypatch) -> None:
+    """From the files themselves when the dataset is all of them, else through the dataset: a
+    selection or a slice of the same file gives only its own rows."""
+    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 4)
+    src = write_lines(tmp_path / "f.src", [f"s{i}" for i in range(10)])
+    tgt = write_lines(tmp_path / "f.tgt", [f"t{i}" for i in range(10)])
+    pairs = pairs_from_files(src, tgt, tmp_path / "cache").pairs
+    rows = lambda d, n=3: [x for t in arrow_batches(d, ["tgt"], batch_size=n) for x in t.column("tgt").to_pylist()]  # noqa: E731
+    assert rows(pairs) == [f"t{i}" for i in range(10)]
+    assert rows(pairs.select([7, 2, 5])) == ["t7", "t2", "t5"]
+    assert rows(pairs.select(range(3, 6))) == ["t3", "t4", "t5"]
+    assert rows(datasets.Dataset.from_dict({"tgt": ["a", "b"]})) == ["a", "b"]
+    assert all(t.num_rows <= 3 for t in arrow_batches(pairs, ["src", "tgt"], batch_size=3))
