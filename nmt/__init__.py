@@ -1,7 +1,7 @@
 """nmt: attentional sequence-to-sequence translation, trained and studied with Hydra configs
 (Bahdanau, Cho & Bengio 2014; Luong, Pham & Manning 2015). The commands are ``python -m
-nmt.train``, ``nmt.translate`` and ``nmt.evaluate`` (console scripts ``nmt-train``,
-``nmt-translate``, ``nmt-evaluate``); see README.md. From Python, :class:`nmt.Translator`
+nmt.train``, ``nmt.translate``, ``nmt.evaluate`` and ``nmt.demo`` (console scripts ``nmt-train``,
+``nmt-translate``, ``nmt-evaluate``, ``nmt-demo``); see README.md. From Python, :class:`nmt.Translator`
 (``from nmt import Translator``) translates strings with a checkpoint. Importing the package
 loads nothing else until ``Translator`` is first used.
 """

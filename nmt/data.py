@@ -335,7 +335,8 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
     for role, split in corpus.items():
         if role != "train":
             data = PairData(tokenize(split.pairs, src_vocab, tgt_vocab, cache / "tokenized", num_proc=num_proc))
-            evaluation[role] = (data, split.pairs["src"], split.pairs["tgt"])
+            text = split.to_text()
+            evaluation[role] = (data, text.src, text.tgt)
     log.info(
         "data: %d training pairs, %s; vocabularies %d/%d pieces",
         len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),

@@ -37,10 +37,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.errors import ConfigError, command_errors
-from nmt.evaluate import parse_named
 from nmt.text import CONTROL_CHARACTERS
 from nmt.translator import TranslationResult, Translator
-from nmt.utils import CONFIG_DIR, setup_logging
+from nmt.utils import CONFIG_DIR, parse_named, setup_logging
 
 log = logging.getLogger("nmt.demo")
 
@@ -219,9 +218,13 @@ def make_server(explorer: Explorer, host: str = "127.0.0.1", port: int = 7860) -
         def log_message(self, fmt: str, *args) -> None:
             log.debug("%s %s", self.address_string(), fmt % args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _Server((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # connections the kernel queues before accept (the default, 5, resets a burst)
 
 
 def load_explorer(cfg: DictConfig) -> Explorer:

@@ -24,7 +24,15 @@ from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import SearchSettings, translate_ids
 from nmt.text import DataError, ParallelText, read_lines
-from nmt.utils import CONFIG_DIR, atomic_write_text, provenance, resolve_device, set_threads, setup_logging
+from nmt.utils import (
+    CONFIG_DIR,
+    atomic_write_text,
+    parse_named,
+    provenance,
+    resolve_device,
+    set_threads,
+    setup_logging,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +94,11 @@ def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) ->
         if data_cfg.splits.get(split) is None:
             raise DataError(f"the checkpoint's dataset has no {split} split (data.splits.{split} is null)")
         text = load_hub_splits(data_cfg, {split: data_cfg.splits[split]})[split]
-        return ParallelText(text.pairs["src"], text.pairs["tgt"], text.src_name, text.tgt_name)
+        return text.to_text()
     corpus = load_corpus(data_cfg)  # synthetic: regenerated from its seed; files: read
     if split not in corpus:
         raise DataError(f"the checkpoint's corpus has no {split} split (data.test_src is null)")
-    return ParallelText(corpus[split].pairs["src"], corpus[split].pairs["tgt"], corpus[split].src_name,
-                        corpus[split].tgt_name)  # fmt: skip
-
-
-def parse_named(items, what: str) -> dict[str, str]:
-    """``[name:PATH, ...]`` (or one bare PATH) -> {name: path}; a bare path is named by its stem."""
-    if items is None:
-        return {}
-    items = [items] if isinstance(items, str) else list(items)
-    named = {}
-    for item in items:
-        name, sep, path = str(item).partition(":")
-        if not sep or "/" in name or not name:
-            name, path = Path(str(item)).stem, str(item)
-        if name in named:
-            raise ValueError(f"{what}: the name {name!r} is used twice; write {what}=[name1:PATH,name2:PATH]")
-        named[name] = path
-    return named
+    return corpus[split].to_text()
 
 
 def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:

@@ -59,6 +59,11 @@ class TextSplit:
 
         return cls(datasets.Dataset.from_dict({"src": text.src, "tgt": text.tgt}), text.src_path, text.tgt_path)
 
+    def to_text(self) -> ParallelText:
+        """The split as Python lists (for evaluation splits, which are small)."""
+        columns = self.pairs.select_columns(["src", "tgt"]).to_dict()
+        return ParallelText(columns["src"], columns["tgt"], self.src_name, self.tgt_name)
+
 
 def read_lines(path: str | Path, errors: str = "strict") -> list[str]:
     """Lines of a UTF-8 text file, gzipped (``.gz``) or plain, without their line endings.

@@ -1,4 +1,5 @@
-"""Small shared helpers: atomic file writes, seeding, device and thread choice, logging setup."""
+"""Small shared helpers: atomic file writes, seeding, device and thread choice, logging setup, and
+``[name:PATH, ...]`` lists of the command lines."""
 
 from __future__ import annotations
 
@@ -123,3 +124,19 @@ def setup_logging(log_file: str | Path | None = None, fmt: str = CONSOLE_FORMAT,
             file_handler = logging.FileHandler(path, encoding="utf-8")
             file_handler.setFormatter(fmt)
             root.addHandler(file_handler)
+
+
+def parse_named(items, what: str) -> dict[str, str]:
+    """``[name:PATH, ...]`` (or one bare PATH) -> {name: path}; a bare path is named by its stem."""
+    if items is None:
+        return {}
+    items = [items] if isinstance(items, str) else list(items)
+    named = {}
+    for item in items:
+        name, sep, path = str(item).partition(":")
+        if not sep or "/" in name or not name:
+            name, path = Path(str(item)).stem, str(item)
+        if name in named:
+            raise ValueError(f"{what}: the name {name!r} is used twice; write {what}=[name1:PATH,name2:PATH]")
+        named[name] = path
+    return named

@@ -224,8 +224,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
             handler.close()
         root.setLevel(level)
         torch.set_num_threads(threads)
-    test = load_corpus(cfg.data)["test"]
-    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.pairs["src"], test.pairs["tgt"])
+    test = load_corpus(cfg.data)["test"].to_text()
+    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from nmt.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
 from nmt.checkpoint import save_checkpoint
 from nmt.corpora import load_corpus
-from nmt.evaluate import evaluate, parse_named, pick_sentences
+from nmt.evaluate import evaluate, pick_sentences
 from nmt.length_bins import (
     EMPTY,
     FEW_SENTENCES,
@@ -37,6 +37,7 @@ from nmt.length_bins import (
 )
 from nmt.model import build_model
 from nmt.report import LengthSettings, bleu_variant, format_report, score_systems
+from nmt.utils import parse_named
 from nmt.vocab import VocabSettings, build_vocabs
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"

@@ -52,3 +52,8 @@ def test_wheel_in_a_fresh_venv_trains_and_translates_from_an_empty_folder(tmp_pa
     translate = subprocess.run([str(env_dir / "bin" / "nmt-translate"), "ckpt=run/checkpoints/best.pt"], cwd=empty,
                                input="ana bel\n", capture_output=True, text=True, timeout=300)  # fmt: skip
     assert translate.returncode == 0 and translate.stdout.count("\n") == 1, translate.stderr[-3000:]
+    # the explorer's page ships in the wheel and its command starts from it
+    page = subprocess.run([str(fresh_python), "-c", "import nmt.demo; print(len(nmt.demo.page()))"], cwd=empty,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert page.returncode == 0 and int(page.stdout) > 1000, page.stderr[-3000:]
+    assert (env_dir / "bin" / "nmt-demo").is_file()
