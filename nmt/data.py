@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from nmt.corpora import content_key, load_corpus
 from nmt.tokens import pad_sources
+from nmt.utils import worker_processes
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, VocabSettings, build_vocabs
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ class Batch:
 # --------------------------------------------------------------------------- subword ids
 
 TOKENIZED_FORMAT = 2  # bump when the layout of the cached tokenized datasets changes
-MIN_ROWS_PER_PROCESS = 50_000  # smaller splits are encoded in this process (workers cost ~1 s to start)
 _ID_LIST = datasets.List(datasets.Value("int32"))
 
 
@@ -100,7 +100,7 @@ def tokenize(
             fn_kwargs={"src_model": src_vocab.model_proto, "tgt_model": tgt_vocab.model_proto, "keep_text": keep_text},
             remove_columns=[] if keep_text else ["src", "tgt"],
             features=datasets.Features(features),
-            num_proc=num_proc if num_proc > 1 and len(pairs) >= MIN_ROWS_PER_PROCESS else None,
+            num_proc=worker_processes(num_proc, len(pairs)),
             cache_file_name=str(tmp / "map" / "ids.arrow"),
             desc="subword ids",
         )

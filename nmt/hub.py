@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from omegaconf import OmegaConf
 
 from nmt.text import DataError, TextSplit
+from nmt.utils import worker_processes
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def to_pairs(dataset: datasets.Dataset, data_cfg, split: str, training: bool) ->
         fn_kwargs={"fields": fields},
         remove_columns=dataset.column_names,
         features=datasets.Features(features),
-        num_proc=_num_proc(data_cfg, len(dataset)),
+        num_proc=worker_processes(int(data_cfg.get("num_proc") or 1), len(dataset)),
         desc=f"{split}: source and target columns",
     ).with_format(None)
     complete = pairs.data.column("complete").to_numpy()
@@ -168,12 +169,6 @@ def _languages(feature, where: str) -> list[str]:
     if isinstance(feature, dict):
         return list(feature)
     raise DataError(f"the 'translation' column of {where} is not a {{language: text}} mapping ({feature})")
-
-
-def _num_proc(data_cfg, rows: int) -> int | None:
-    """``data.num_proc`` worker processes for splits large enough to gain from them."""
-    num_proc = int(data_cfg.get("num_proc") or 1)
-    return num_proc if num_proc > 1 and rows >= 50_000 else None
 
 
 def _describe(data_cfg) -> str:

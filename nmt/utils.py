@@ -140,3 +140,11 @@ def parse_named(items, what: str) -> dict[str, str]:
             raise ValueError(f"{what}: the name {name!r} is used twice; write {what}=[name1:PATH,name2:PATH]")
         named[name] = path
     return named
+
+
+MIN_ROWS_PER_PROCESS = 50_000  # smaller datasets are mapped in this process (workers cost ~1 s to start)
+
+
+def worker_processes(num_proc: int, rows: int) -> int | None:
+    """``num_proc`` for ``Dataset.map`` over ``rows`` rows: None (this process) unless it pays."""
+    return num_proc if num_proc > 1 and rows >= MIN_ROWS_PER_PROCESS else None
