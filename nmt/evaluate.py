@@ -167,7 +167,12 @@ def evaluate(cfg: DictConfig) -> dict:
     )  # fmt: skip
     report = {"src": text.src_path, "ref": text.tgt_path, "split": split,
               **score_systems(text.src, text.tgt, systems, settings), "provenance": provenance()}  # fmt: skip
-    figures = {"bleu_by_length": length_figure(report, title=split or Path(text.src_path).name)}
+    title = split or Path(text.src_path).name
+    other = report["other_binning"]
+    figures = {
+        "bleu_by_length": length_figure(report, title=title),
+        f"bleu_by_{other['bin_by']}_length": length_figure({**other, "min_count": cfg.min_count}, title=title),
+    }
     picked = pick_sentences(list(cfg.alignments.sentences), cfg.alignments.num, len(text.src), cfg.seed)
     for name, system in report["systems"].items():
         system["hypotheses"], system["checkpoint"], system["attention"] = hyp_files[name], checkpoints.get(name), None

@@ -13,7 +13,10 @@ bootstrap resample, is BLEU of the summed statistics, so they are extracted once
 Confidence intervals: resample the bin's sentences with replacement ``n_bootstrap`` times, score
 each resample, report the 2.5th and 97.5th percentiles. Paired significance (Koehn 2004) uses
 ``sacrebleu.significance.PairedTest`` on each bin's sentences: paired bootstrap (``bs``) or
-approximate randomisation (``ar``), every system against the first (the baseline).
+approximate randomisation (``ar``), every system against the first (the baseline). Testing every
+bin is testing several hypotheses at once, so each system's per-bin p-values are also given
+Holm-adjusted (:func:`holm`): a bin is called significant at 0.05 when its adjusted p-value is
+below 0.05, which keeps the chance of any false call over the bins at 5%.
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ class BinScore:
     ci_high: float | None
     flag: str | None  # None, "empty", or "few sentences" and/or "too short for 4-grams" joined by "; "
     p_value: float | None = None  # paired test against the baseline (None for the baseline itself)
+    p_holm: float | None = None  # p_value adjusted by Holm's method over the system's tested bins
 
 
 def bin_scores(
@@ -180,6 +184,23 @@ def bin_scores(
         flags = [name for name, on in ((FEW_SENTENCES, len(members) < min_count), (NO_NGRAMS, too_short)) if on]
         flag = "; ".join(flags) or None
         out.append(BinScore(length_bin.lo, length_bin.hi, len(members), score, chrf_score, low, high, flag))
+    return out
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of m p-values (None = not tested, left out of m and kept None).
+
+    Sort the tested p-values p_(1) <= ... <= p_(m); the adjusted value of p_(i) is
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))``. Rejecting where the adjusted value is below alpha
+    controls the family-wise error rate at alpha, with no assumption about how the tests depend on
+    each other. ``[0.01, 0.04, None, 0.03]`` -> ``[0.03, 0.06, None, 0.06]``.
+    """
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        out[i] = running
     return out
 
 

@@ -84,14 +84,18 @@ def bleu_by_length_figure(
     min_count: int = 0,
     xlabel: str = "source length (words)",
     title: str = "",
+    interval: str = "95% bootstrap interval",
+    band: bool = False,
 ) -> Figure:
-    """Corpus BLEU per length bin for several systems, with confidence intervals as error bars.
+    """Corpus BLEU per length bin for several systems, with an interval per bin drawn as error bars
+    or, with ``band``, as a shaded band around the line.
 
     :param bin_labels: B bin names, e.g. ``["<10", "10-14", "25+"]``.
     :param counts: B sentence counts (shown under the labels).
-    :param systems: name -> (B, 3) float array of BLEU, CI low, CI high per bin; NaN where a bin
-        is empty (no point is drawn).
+    :param systems: name -> (B, 3) float array of BLEU, interval low, interval high per bin; NaN
+        where a bin is empty (no point is drawn).
     :param min_count: bins with fewer sentences get hollow markers (the caption says so).
+    :param interval: what the interval is, for the caption (e.g. "mean over seeds, band: ±1 sd").
     """
     num_bins = len(bin_labels)
     if len(counts) != num_bins:
@@ -106,9 +110,14 @@ def bleu_by_length_figure(
         if values.shape != (num_bins, 3):
             raise ValueError(f"system {name}: values {values.shape}, expected ({num_bins}, 3)")
         bleu, low, high = values.T  # (B,) each
-        yerr = np.vstack([bleu - low, high - bleu])  # (2, B), NaN where unknown
-        line = ax.errorbar(x + offset, bleu, yerr=np.nan_to_num(yerr), marker="o", capsize=3, label=name)
-        color = line[0].get_color()
+        if band:
+            (line,) = ax.plot(x, bleu, marker="o", label=name)
+            color = line.get_color()
+            ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
+            offset = 0.0
+        else:
+            yerr = np.vstack([bleu - low, high - bleu])  # (2, B), NaN where unknown
+            color = ax.errorbar(x + offset, bleu, yerr=np.nan_to_num(yerr), marker="o", capsize=3, label=name)[0].get_color()
         if few.any():  # hollow markers on top of the filled ones for flagged bins
             ax.plot((x + offset)[few], bleu[few], linestyle="none", marker="o", color=color,
                     markerfacecolor="white", zorder=3)  # fmt: skip
@@ -118,7 +127,7 @@ def bleu_by_length_figure(
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    caption = "error bars: 95% bootstrap interval"
+    caption = interval if band else f"error bars: {interval}"
     if few.any():
         caption += f"; hollow: fewer than {min_count} sentences"
     ax.set_title(f"{title}\n{caption}" if title else caption, fontsize=9)

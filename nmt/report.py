@@ -12,11 +12,15 @@ p-values against the first system), the terminal table, and the BLEU-by-length f
         bleu, chrf, signature, chrf_signature, ci_low, ci_high,
         p_value: {bleu, chrf} | null                         (null for the baseline)
         variants: {"lowercase": {bleu, signature}, ...},
-        bins: [{lo, hi, count, bleu, chrf, ci_low, ci_high, flag, p_value}, ...]}}
+        bins: [{lo, hi, count, bleu, chrf, ci_low, ci_high, flag, p_value, p_holm}, ...]}}
+    other_binning: {bin_by, edges, bin_labels, systems: {name: {bins: [...]}}}
 
 A bin's ``hi`` is null for the open last bin; an empty bin has ``count`` 0, null scores and
 ``flag`` "empty"; a bin with fewer than ``min_count`` sentences is scored and flagged
-"few sentences"; ``p_value`` compares the bin's sentences with the baseline's.
+"few sentences"; ``p_value`` compares the bin's sentences with the baseline's, and ``p_holm`` is
+that p-value Holm-adjusted over the system's tested bins (a bin is significant when it is below
+0.05). ``other_binning`` bins the same sentences by the other side's length (by reference length,
+compare-mt's convention, when ``bin_by`` is source), with the same edges.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from nmt.length_bins import (
     bleu_from_statistics,
     bleu_statistics,
     bootstrap_ci,
+    holm,
     make_bins,
     paired_test,
     paired_test_by_bin,
@@ -44,6 +49,8 @@ from nmt.length_bins import (
 )
 from nmt.plotting import bleu_by_length_figure, save_figure
 from nmt.utils import atomic_write_text
+
+BIN_BY = ("source", "reference")
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ def score_systems(
     sources: list[str], references: list[str], systems: dict[str, list[str]], settings: LengthSettings
 ) -> dict:
     """Every number of ``eval.json``: per system BLEU, chrF, signatures, an overall interval,
-    variants, per-bin scores and (against the first system) paired p-values.
+    variants, per-bin scores and (against the first system) paired p-values, binned by
+    ``settings.bin_by`` and, in ``other_binning``, by the other side's length.
 
     :param systems: name -> detokenized hypotheses, line i translating ``sources[i]``; the first
         system is the baseline of the paired tests.
@@ -95,26 +103,21 @@ def score_systems(
     for name, hyps in systems.items():
         if len(hyps) != len(references) or len(sources) != len(references):
             raise ValueError(f"system {name}: {len(hyps)} lines for {len(references)} references")
-    if settings.bin_by not in ("source", "reference"):
+    if settings.bin_by not in BIN_BY:
         raise ValueError(f"bin_by={settings.bin_by!r}: choose source or reference")
-    lengths = word_lengths(sources if settings.bin_by == "source" else references)
-    spec = settings.bins if isinstance(settings.bins, str) else list(settings.bins)
-    edges = bin_edges(spec, lengths)
-    bins = make_bins(edges)
-    bin_ids = assign_bins(lengths, edges)
     test = settings.significance
-    p_values, p_by_bin, test_signature = {}, {}, ""
+    p_values, test_signature = {}, ""
     if test != "none":
         p_values, test_signature = paired_test(systems, references, test, settings.significance_samples)
-        p_by_bin = paired_test_by_bin(systems, references, bin_ids, len(bins), test, settings.significance_samples)
+    other = BIN_BY[1 - BIN_BY.index(settings.bin_by)]
+    binned = {by: _binning(sources if by == "source" else references, references, systems, settings)
+              for by in (settings.bin_by, other)}  # fmt: skip
+    primary = binned[settings.bin_by]
     report_systems = {}
     for name, hyps in systems.items():
         bleu, chrf = BLEU(), CHRF()
         stats = bleu_statistics(bleu, hyps, references)  # (N, C)
         low, high = bootstrap_ci(bleu, stats, settings.n_bootstrap, np.random.default_rng([settings.seed, 0]))
-        per_bin = bin_scores(hyps, references, bin_ids, bins, settings.min_count, settings.n_bootstrap, settings.seed)
-        for b, score in enumerate(per_bin):
-            score.p_value = p_by_bin[name][b] if name in p_by_bin else None
         report_systems[name] = {
             "bleu": bleu_from_statistics(bleu, stats.sum(axis=0)),
             "chrf": chrf.corpus_score(hyps, [references]).score,
@@ -124,34 +127,67 @@ def score_systems(
             "ci_high": high,
             "p_value": p_values.get(name),  # {"bleu": p, "chrf": p} against the baseline
             "variants": {v: _variant_score(v, hyps, references) for v in settings.variants},
-            "bins": [asdict(s) for s in per_bin],
+            "bins": primary["bins"][name],
         }
     _no_test_for_ties(report_systems)
     return {
         "num_sentences": len(references),
         "bin_by": settings.bin_by,
-        "bin_spec": spec,
-        "edges": edges,
-        "bin_labels": [b.label for b in bins],
+        "bin_spec": primary["spec"],
+        "edges": primary["edges"],
+        "bin_labels": primary["labels"],
         "min_count": settings.min_count,
         "n_bootstrap": settings.n_bootstrap,
         "seed": settings.seed,
-        "significance": {"test": test, "baseline": next(iter(systems)), "signature": test_signature}
+        "significance": {"test": test, "baseline": next(iter(systems)), "signature": test_signature,
+                         "correction": "holm over each system's bins"}  # fmt: skip
         if test_signature
         else None,  # None with one system or significance=none
         "systems": report_systems,
+        "other_binning": {
+            "bin_by": other,
+            "edges": binned[other]["edges"],
+            "bin_labels": binned[other]["labels"],
+            "systems": {name: {"bins": bins} for name, bins in binned[other]["bins"].items()},
+        },
     }
 
 
+def _binning(lengths_of: list[str], references: list[str], systems: dict[str, list[str]], settings: LengthSettings) -> dict:
+    """The sentences binned by the word lengths of ``lengths_of`` (sources or references): the
+    edges, labels and, per system, the bins' scores with raw and Holm-adjusted p-values."""
+    lengths = word_lengths(lengths_of)
+    spec = settings.bins if isinstance(settings.bins, str) else list(settings.bins)
+    edges = bin_edges(spec, lengths)
+    bins = make_bins(edges)
+    bin_ids = assign_bins(lengths, edges)
+    p_by_bin = {}
+    if settings.significance != "none":
+        p_by_bin = paired_test_by_bin(systems, references, bin_ids, len(bins), settings.significance,
+                                      settings.significance_samples)  # fmt: skip
+    scores = {}
+    for name, hyps in systems.items():
+        per_bin = bin_scores(hyps, references, bin_ids, bins, settings.min_count, settings.n_bootstrap, settings.seed)
+        for b, score in enumerate(per_bin):
+            score.p_value = p_by_bin[name][b] if name in p_by_bin else None
+        scores[name] = per_bin
+    baseline = next(iter(systems))
+    for name in p_by_bin:  # a bin where the system ties the baseline is no difference (p = 1), then Holm
+        for own, base in zip(scores[name], scores[baseline]):
+            if own.p_value is not None and own.bleu == base.bleu:
+                own.p_value = 1.0
+        for score, adjusted in zip(scores[name], holm([s.p_value for s in scores[name]])):
+            score.p_holm = adjusted
+    return {"spec": spec, "edges": edges, "labels": [b.label for b in bins],
+            "bins": {name: [asdict(s) for s in per_bin] for name, per_bin in scores.items()}}  # fmt: skip
+
+
 def _no_test_for_ties(systems: dict[str, dict]) -> None:
-    """A system scoring exactly the baseline's score (a bin, or BLEU/chrF overall) gets p = 1: there
-    is no difference to test. sacreBLEU's paired tests would report 1 / (resamples + 1) for such a
-    tie, which reads as significant."""
+    """A system scoring exactly the baseline's BLEU or chrF overall gets p = 1 there: there is no
+    difference to test. sacreBLEU's paired tests would report 1 / (resamples + 1) for such a tie,
+    which reads as significant (:func:`_binning` does the same within each bin)."""
     baseline, *others = systems.values()
     for system in others:
-        for own, base in zip(system["bins"], baseline["bins"]):
-            if own["p_value"] is not None and own["bleu"] == base["bleu"]:
-                own["p_value"] = 1.0
         for metric in list(system["p_value"] or {}):
             if system[metric] == baseline[metric]:
                 system["p_value"][metric] = 1.0
@@ -163,39 +199,28 @@ def _variant_score(variant: str, hypotheses: list[str], references: list[str]) -
 
 
 def format_report(report: dict) -> str:
-    """The terminal table: a row per length bin, a column per system, BLEU [95% interval]."""
+    """The terminal table: a row per length bin, a column per system, BLEU [95% interval]; then
+    the same by the other side's length (``other_binning``)."""
     names = list(report["systems"])
     systems = [report["systems"][n] for n in names]
     width = max(24, *(len(n) + 2 for n in names))
     baseline = report["significance"]["baseline"] if report["significance"] else None
-
-    def cell(bleu, low, high, p_value) -> str:
-        if bleu is None:
-            return "-".ljust(width)
-        text = f"{bleu:5.2f}" + (f" [{low:5.2f}, {high:5.2f}]" if low is not None else "")
-        return (text + (" *" if p_value is not None and p_value < 0.05 else "")).ljust(width)
-
-    lines = [
-        f"corpus BLEU by {report['bin_by']} length (words), [95% bootstrap interval]",
-        f"{'bin':<8}{'n':>6}  " + "".join(n.ljust(width) for n in names),
-    ]
-    for b, label in enumerate(report["bin_labels"]):
-        first = systems[0]["bins"][b]
-        mark = "!" if first["flag"] else " "
-        row = "".join(cell(s["bins"][b]["bleu"], s["bins"][b]["ci_low"], s["bins"][b]["ci_high"],
-                           s["bins"][b]["p_value"]) for s in systems)  # fmt: skip
-        lines.append(f"{label:<8}{first['count']:>6}{mark} {row}")
-    overall = "".join(cell(s["bleu"], s["ci_low"], s["ci_high"], (s["p_value"] or {}).get("bleu")) for s in systems)
+    lines = _bin_rows(report, names, width)
+    overall = "".join(_cell(s["bleu"], s["ci_low"], s["ci_high"], (s["p_value"] or {}).get("bleu"), width)
+                      for s in systems)  # fmt: skip
     lines.append(f"{'all':<8}{report['num_sentences']:>6}  {overall}")
-    chrf = "".join(cell(s["chrf"], None, None, (s["p_value"] or {}).get("chrf")) for s in systems)
+    chrf = "".join(_cell(s["chrf"], None, None, (s["p_value"] or {}).get("chrf"), width) for s in systems)
     lines.append(f"{'chrF':<8}{'':>6}  {chrf}")
     for variant in systems[0]["variants"]:
-        row = "".join(cell(s["variants"][variant]["bleu"], None, None, None) for s in systems)
+        row = "".join(_cell(s["variants"][variant]["bleu"], None, None, None, width) for s in systems)
         lines.append(f"{variant:<14}  {row}")
+    if "other_binning" in report:  # eval.json written before it was added lacks it
+        lines += ["", *_bin_rows({**report["other_binning"], "min_count": report["min_count"]}, names, width)]
     notes = [f"! fewer than {report['min_count']} sentences (or none), or too short for 4-grams "
              "(BLEU 0 whatever the output)"]
     if baseline is not None:
-        notes.append(f"* p < 0.05 against {baseline} (paired {report['significance']['test']})")
+        notes.append(f"* p < 0.05 against {baseline} (paired {report['significance']['test']}; in a bin, "
+                     "Holm-adjusted over the system's bins)")
     lines.append("   ".join(notes))
     lines.append(f"BLEU: {systems[0]['signature']}")
     lines.append(f"chrF: {systems[0]['chrf_signature']}")
@@ -204,6 +229,28 @@ def format_report(report: dict) -> str:
     if baseline is not None:
         lines.append(f"paired test: {report['significance']['signature']}")
     return "\n".join(lines)
+
+
+def _cell(bleu: float | None, low: float | None, high: float | None, p_value: float | None, width: int) -> str:
+    if bleu is None:
+        return "-".ljust(width)
+    text = f"{bleu:5.2f}" + (f" [{low:5.2f}, {high:5.2f}]" if low is not None else "")
+    return (text + (" *" if p_value is not None and p_value < 0.05 else "")).ljust(width)
+
+
+def _bin_rows(view: dict, names: list[str], width: int) -> list[str]:
+    """The heading and one row per bin of a binning (a report, or its ``other_binning``); a
+    bin's star reads its Holm-adjusted p-value (the raw one in eval.json written before Holm)."""
+    lines = [
+        f"corpus BLEU by {view['bin_by']} length (words), [95% bootstrap interval]",
+        f"{'bin':<8}{'n':>6}  " + "".join(n.ljust(width) for n in names),
+    ]
+    for b, label in enumerate(view["bin_labels"]):
+        cells = [view["systems"][n]["bins"][b] for n in names]
+        mark = "!" if cells[0]["flag"] else " "
+        row = "".join(_cell(c["bleu"], c["ci_low"], c["ci_high"], c.get("p_holm", c["p_value"]), width) for c in cells)
+        lines.append(f"{label:<8}{cells[0]['count']:>6}{mark} {row}")
+    return lines
 
 
 def length_figure(report: dict, title: str = "") -> Figure:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
 LOG_PARAMS = re.compile(r"model: ([\d,]+) parameters")
+RESUMING = "] - resuming from "
+LOG_PAIRS = re.compile(r"data: (\d+) training pairs")
 LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
 LOG_EPOCH = re.compile(r"epoch (\d+): \d+ batches")
 LOG_VALID = re.compile(r"validation at update (\d+): loss [\d.]+, ppl [\d.]+, BLEU ([\d.]+)")
@@ -25,14 +27,17 @@ class RunRecord:
     """One run's training, as its files record it (None / empty where a file or line is missing).
 
     :ivar overrides: the Hydra command-line overrides.
+    :ivar train_pairs: training pairs, as the data line of the log gives them.
     :ivar valid_bleu: (update, validation BLEU) in order; one per epoch unless ``train.eval_every``.
-    :ivar minutes: first to last log line (training, validation and the final test decoding).
+    :ivar minutes: first to last log line (training, validation and the final test decoding),
+        less the time between a stop and the resumed run's first line.
     :ivar tokens_per_s: median of the logged target tokens/s.
     :ivar results: ``results.json`` (best_valid_bleu, steps, <split>_bleu, <split>_chrf), if finished.
     """
 
     overrides: list[str] = field(default_factory=list)
     params: int | None = None
+    train_pairs: int | None = None
     epochs_started: int = 0
     valid_bleu: list[tuple[int, float]] = field(default_factory=list)
     minutes: float | None = None
@@ -49,14 +54,20 @@ def read_run(run_dir: Path) -> RunRecord:
                             if line.startswith("- ")]  # fmt: skip
     log = run_dir / "train.log"
     lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
-    times = [datetime.fromisoformat(m.group(1)) for line in lines if (m := LOG_TIME.match(line))]
+    stamped = [(datetime.fromisoformat(m.group(1)), line) for line in lines if (m := LOG_TIME.match(line))]
     params = [int(m.group(1).replace(",", "")) for line in lines if (m := LOG_PARAMS.search(line))]
     speeds = [float(m.group(1)) for line in lines if (m := LOG_SPEED.search(line))]
     epochs = [int(m.group(1)) for line in lines if (m := LOG_EPOCH.search(line))]
     record.params = params[-1] if params else None
+    pairs = [int(m.group(1)) for line in lines if (m := LOG_PAIRS.search(line))]
+    record.train_pairs = pairs[-1] if pairs else None
     record.epochs_started = max(epochs, default=0)
     record.valid_bleu = [(int(m.group(1)), float(m.group(2))) for line in lines if (m := LOG_VALID.search(line))]
-    record.minutes = (times[-1] - times[0]).total_seconds() / 60 if times else None
+    # a resumed run logs "resuming from" first: the time from the previous line (the run stopped,
+    # perhaps for a day) is not the run's
+    seconds = sum((later - earlier).total_seconds() for (earlier, _), (later, line) in zip(stamped, stamped[1:])
+                  if RESUMING not in line)  # fmt: skip
+    record.minutes = seconds / 60 if stamped else None
     record.tokens_per_s = statistics.median(speeds) if speeds else None
     results = run_dir / "results.json"
     if results.is_file():

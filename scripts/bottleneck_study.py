@@ -1,36 +1,58 @@
 """The bottleneck study: train the encoder-decoder without attention and with attention under one
-budget, then score both on the test split(s) by source length (Bahdanau et al. 2014, Figure 2).
+budget, once per seed, then score every model on the test split(s) by sentence length (Bahdanau
+et al. 2014, Figure 2) and report each bin's mean and standard deviation over the seeds.
 
-    python scripts/bottleneck_study.py --data synthetic --out runs/bottleneck_synthetic
+    python scripts/bottleneck_study.py --data synthetic --out runs/bottleneck_synthetic --seeds 1 2 3
     python scripts/bottleneck_study.py --data multi30k --data-dir /path/to/multi30k \\
         --out runs/bottleneck_multi30k --budget max_epochs=15
 
 Every model is trained by ``python -m nmt.train`` with the same experiment, the same budget
 (``--budget`` sets ``train.max_steps``/``train.max_epochs``; early stopping is off so that no model
-stops sooner) and the same seed; only ``model/attention`` (and, for Luong, ``model/decoder``)
-differs. Then ``python -m nmt.evaluate`` decodes each split with every best checkpoint. Layout:
+stops sooner) and, per seed, the same ``train.seed``; only ``model/attention`` and
+``model/decoder`` differ. ``--single-seed`` models are trained with the first seed only (the
+costly ones of a large study). Then, per seed, ``python -m nmt.evaluate`` decodes each split with
+that seed's checkpoints; the first model is the baseline of the paired tests. Layout:
 
-    OUT/runs/<model>/        training run (checkpoints, train.log, tensorboard, results.json)
-    OUT/<split>/             eval.json, bleu_by_length.png, alignments_<model>.png, hypotheses/
-    OUT/tensorboard/         the evaluation figures, for TensorBoard
-    OUT/summary.md           the command, a table of every model's training (parameters, wall
-                             time, tokens/s, validation and test BLEU/chrF) and each split's table
+    OUT/runs/<model>/seed<S>/    training run (checkpoints, train.log, tensorboard, results.json)
+    OUT/<split>/seed<S>/         nmt.evaluate of seed S: eval.json (bootstrap intervals, paired
+                                 tests), bleu_by_length.png, alignments_<model>.png, hypotheses/
+    OUT/<split>/eval.json        per model and bin, by source and by reference length: the mean and
+                                 standard deviation over seeds and every seed's BLEU, interval and
+                                 Holm-adjusted p-value (layout: :func:`aggregate`)
+    OUT/<split>/bleu_by_length.png, bleu_by_reference_length.png
+                                 the mean over seeds, with a +-1 sd band where there are seeds
+    OUT/summary.md               the command, every run's training (parameters, wall time, tokens/s,
+                                 validation and test scores), the tables over seeds, and each
+                                 seed's nmt.evaluate table
+
+A finished run (``results.json`` present) is reused, after checking that its config is the one
+this command would train (settings of where and how fast it ran aside, :data:`INCIDENTAL`); an
+unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A killed
+study is resumed by running the same command again.
 
 ``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
-``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another
-(the README's attention table uses ``multi30k_de_en_bahdanau16``, the first tuned recipe).
+``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from nmt.checkpoint import upgrade_config
+from nmt.config import flatten
 from nmt.corpora import MULTI30K_SPLITS
+from nmt.plotting import bleu_by_length_figure, save_figure
 from nmt.runlog import read_run
+from nmt.utils import CONFIG_DIR, atomic_write_text
 
 # model name -> the overrides that select it (everything else comes from the experiment); the
 # decoder is always named, so that a model means the same whichever decoder the experiment has
@@ -42,10 +64,17 @@ MODELS = {
     "luong_general": ["model/attention=luong_general", "model/decoder=luong"],
     "luong_dot": ["model/attention=luong_dot", "model/decoder=luong"],
     "scaled_dot": ["model/attention=scaled_dot", "model/decoder=bahdanau"],
+    "scaled_dot_luong_dec": ["model/attention=scaled_dot", "model/decoder=luong"],
 }
 EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
 DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
+# settings that say where or how fast a run ran, not what it learned: a finished run is reused
+# whatever they were
+INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.decode_batch_size", "train.log_every",
+              "train.keep_checkpoints", "train.num_heatmaps", "train.dist_backend", "data.dir", "data.cache_dir",
+              "data.num_proc", "data.hf_cache_dir", "data.test_splits")  # fmt: skip
+SAMPLE_SIZE = "data.vocab.sample_size"  # shapes the subwords only of a corpus larger than it
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,20 +86,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", help="multi30k: folder holding the task-1 raw files (data.dir)")
     parser.add_argument("--models", nargs="+", default=["none", "bahdanau"], choices=sorted(MODELS),
                         help="models to train; the first is the baseline of the paired tests")  # fmt: skip
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1234], help="train.seed values: every model is "
+                        "trained once per seed (default: 1234)")  # fmt: skip
+    parser.add_argument("--single-seed", nargs="+", default=[], metavar="MODEL", help="models trained with the "
+                        "first seed only")  # fmt: skip
     parser.add_argument("--budget", nargs="*", default=[], metavar="KEY=VALUE",
                         help="max_steps=N and/or max_epochs=N for every model (default: the experiment's)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=1234, help="train.seed of every model")
     parser.add_argument("--splits", nargs="+", help="splits to evaluate (default: every test split present)")
     parser.add_argument("--bins", help="nmt.evaluate bins= (default: synthetic [10,20,30,40,50], multi30k "
                         "[10,15,20,25])")  # fmt: skip
     parser.add_argument("--beam-size", type=int, help="beam of the evaluation (default: multi30k 5, synthetic 1 "
                         "= greedy, as the toy task is deterministic)")  # fmt: skip
     parser.add_argument("--cache-dir", help="data.cache_dir (subword models, tokenized data)")
-    parser.add_argument("--jobs", type=int, default=1, help="models trained at once (each on one thread "
-                        "for synthetic; 2 halves the wall time on a 2-core machine)")  # fmt: skip
-    parser.add_argument("--skip-trained", action="store_true", help="reuse runs that have results.json")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (give each one thread with "
+                        "train.threads=1; 2 halves the wall time on a 2-core machine)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed is given twice")
+    unknown = sorted(set(args.single_seed) - set(args.models))
+    if unknown:
+        parser.error(f"--single-seed {' '.join(unknown)}: not among --models {' '.join(args.models)}")
+    return args
 
 
 def budget_overrides(budget: list[str]) -> list[str]:
@@ -81,6 +118,15 @@ def budget_overrides(budget: list[str]) -> list[str]:
             raise SystemExit(f"--budget {item!r}: use max_steps=N and/or max_epochs=N")
         out.append(f"train.{key}={value}")
     return out
+
+
+def planned_runs(args: argparse.Namespace) -> dict[int, list[str]]:
+    """seed -> the models trained with it, in ``--models`` order."""
+    return {seed: [m for m in args.models if i == 0 or m not in args.single_seed] for i, seed in enumerate(args.seeds)}
+
+
+def run_path(out: Path, model: str, seed: int) -> Path:
+    return out / "runs" / model / f"seed{seed}"
 
 
 def test_splits(args: argparse.Namespace) -> list[str]:
@@ -98,6 +144,32 @@ def test_splits(args: argparse.Namespace) -> list[str]:
     return found or ["test_2016_flickr"]
 
 
+# --------------------------------------------------------------------------- reusing finished runs
+
+
+def expected_config(overrides: list[str]) -> dict:
+    """The resolved ``nmt.train`` config that ``overrides`` compose (what a new run would train)."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return OmegaConf.to_container(compose("train", overrides=overrides), resolve=True)
+
+
+def run_differences(run_dir: Path, expected: dict) -> list[str]:
+    """Where a finished run's ``config.yaml`` differs from ``expected`` in a setting that shapes what
+    it learned, as ``key: run's -> expected``. Keys that only one side has (added to nmt since the
+    run, with the value it ran with) and :data:`INCIDENTAL` ones are left out."""
+    saved = upgrade_config(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True))
+    old, new = flatten(saved), flatten(expected)
+    keys = sorted(k for k in old.keys() & new.keys() if k.split(".")[0] in ("model", "data", "train"))
+    differ = [k for k in keys if k not in INCIDENTAL and old[k] != new[k]]
+    pairs = read_run(run_dir).train_pairs
+    if pairs is not None and min(old.get(SAMPLE_SIZE, 0), new.get(SAMPLE_SIZE, 0)) >= pairs:
+        differ = [k for k in differ if k != SAMPLE_SIZE]  # sentencepiece read the whole corpus either way
+    return [f"{k}: {old[k]!r} -> {new[k]!r}" for k in differ]
+
+
+# --------------------------------------------------------------------------- training
+
+
 def training_row(run_dir: Path) -> dict:
     """What a finished run's files say (:func:`nmt.runlog.read_run`): parameters, wall time (first
     to last log line, training and the final test decoding), median logged target tokens/s, best
@@ -106,16 +178,17 @@ def training_row(run_dir: Path) -> dict:
     return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s, **record.results}
 
 
-def training_table(rows: dict[str, dict], test_role: str = "test_2016_flickr") -> list[str]:
-    """A markdown table of :func:`training_row` results, one line per model."""
+def training_table(rows: dict[tuple[str, int], dict], test_role: str = "test_2016_flickr") -> list[str]:
+    """A markdown table of :func:`training_row` results, one line per (model, seed)."""
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    out = ["| model | parameters | updates | wall min | target tok/s | valid BLEU | test BLEU | test chrF |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for name, row in rows.items():
+    out = ["| model | seed | parameters | updates | wall min | target tok/s | valid BLEU | test BLEU | test chrF |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for (name, seed), row in rows.items():
         out.append(
-            f"| {name} | {fmt(row.get('params'), ',')} | {fmt(row.get('steps'), '.0f')} | {fmt(row.get('minutes'), '.1f')}"
-            f" | {fmt(row.get('tokens_per_s'), '.0f')} | {fmt(row.get('best_valid_bleu'), '.2f')}"
-            f" | {fmt(row.get(f'{test_role}_bleu'), '.2f')} | {fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
+            f"| {name} | {seed} | {fmt(row.get('params'), ',')} | {fmt(row.get('steps'), '.0f')}"
+            f" | {fmt(row.get('minutes'), '.1f')} | {fmt(row.get('tokens_per_s'), '.0f')}"
+            f" | {fmt(row.get('best_valid_bleu'), '.2f')} | {fmt(row.get(f'{test_role}_bleu'), '.2f')}"
+            f" | {fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
         )
     return out
 
@@ -145,54 +218,196 @@ def run_all(commands: list[list[str]], jobs: int) -> None:
             raise SystemExit(f"failed (exit {process.returncode}): {shlex.join(command)}")
 
 
+# --------------------------------------------------------------------------- over seeds
+
+
+def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (n - 1); sd is None for fewer than two values."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def aggregate(reports: dict[int, dict], baseline: str) -> dict:
+    """Every seed's ``nmt.evaluate`` report of one split -> the figures over seeds::
+
+        seeds, baseline,
+        overall: {model: {seeds, bleu: {mean, sd}, chrf: {mean, sd},
+                          per_seed: {seed: {bleu, ci_low, ci_high, chrf, p_value}}}}
+        binnings: {"source" | "reference": {edges, bin_labels, counts, min_count,
+            models: {model: {seeds,
+                bins: [{lo, hi, count, mean, sd, significant, tested,
+                        per_seed: {seed: {bleu, ci_low, ci_high, p_value, p_holm}}}],
+                retained: {mean, sd, per_seed: {seed: last bin's BLEU as % of the first's}}}}}}
+
+    A bin's ``significant`` counts the seeds where the model's difference to the baseline has a
+    Holm-adjusted p-value under 0.05, among the ``tested`` seeds that trained both; a bin's
+    ``mean`` and ``sd`` (sample, n - 1; null with one seed) are over the seeds' corpus BLEU of the
+    bin. ``retained`` is the length result in one number. Seeds are JSON keys, hence strings.
+    """
+    first = next(iter(reports.values()))
+    models = list(dict.fromkeys(name for report in reports.values() for name in report["systems"]))
+    views = {}
+    for binning in ("primary", "other"):
+        view = first if binning == "primary" else first["other_binning"]
+
+        def bins_of(report: dict, model: str, binning: str = binning) -> list[dict]:
+            return (report if binning == "primary" else report["other_binning"])["systems"][model]["bins"]
+
+        per_model = {}
+        for model in models:
+            seeds = [s for s, r in reports.items() if model in r["systems"]]
+            tested = [s for s in seeds if model != baseline and baseline in reports[s]["systems"]]
+            bins = []
+            for b, label in enumerate(view["bin_labels"]):
+                cells = {s: bins_of(reports[s], model)[b] for s in seeds}
+                mean, sd = _mean_sd([c["bleu"] for c in cells.values() if c["bleu"] is not None])
+                bins.append({
+                    "lo": cells[seeds[0]]["lo"], "hi": cells[seeds[0]]["hi"], "label": label,
+                    "count": cells[seeds[0]]["count"], "mean": mean, "sd": sd,
+                    "significant": sum(1 for s in tested if (cells[s].get("p_holm") or 1.0) < 0.05),
+                    "tested": len(tested),
+                    "per_seed": {s: {k: c.get(k) for k in ("bleu", "ci_low", "ci_high", "p_value", "p_holm")}
+                                 for s, c in cells.items()},
+                })  # fmt: skip
+            ratios = {s: 100 * c[-1]["bleu"] / c[0]["bleu"] for s in seeds
+                      if (c := bins_of(reports[s], model))[0]["bleu"] and c[-1]["bleu"] is not None}  # fmt: skip
+            mean, sd = _mean_sd(list(ratios.values()))
+            per_model[model] = {"seeds": seeds, "bins": bins, "retained": {"mean": mean, "sd": sd, "per_seed": ratios}}
+        views[view["bin_by"]] = {
+            "edges": view["edges"], "bin_labels": view["bin_labels"], "min_count": first["min_count"],
+            "counts": [b["count"] for b in next(iter(per_model.values()))["bins"]], "models": per_model,
+        }  # fmt: skip
+    overall = {}
+    for model in models:
+        seeds = [s for s, r in reports.items() if model in r["systems"]]
+        systems = {s: reports[s]["systems"][model] for s in seeds}
+        overall[model] = {
+            "seeds": seeds,
+            **{metric: dict(zip(("mean", "sd"), _mean_sd([x[metric] for x in systems.values()])))
+               for metric in ("bleu", "chrf")},
+            "per_seed": {s: {"bleu": x["bleu"], "ci_low": x["ci_low"], "ci_high": x["ci_high"], "chrf": x["chrf"],
+                             "p_value": (x["p_value"] or {}).get("bleu")} for s, x in systems.items()},
+        }  # fmt: skip
+    return {"seeds": list(reports), "baseline": baseline, "overall": overall, "binnings": views}
+
+
+def _mean_sd_text(mean: float | None, sd: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
+
+
+def aggregate_table(summary: dict, bin_by: str) -> list[str]:
+    """A markdown table of one binning over seeds: a row per bin, a column per model (mean ± sd,
+    and in how many seeds the difference to the baseline is significant after Holm)."""
+    view = summary["binnings"][bin_by]
+    models = view["models"]
+    head = [f"{m} ({len(v['seeds'])} seed{'s' if len(v['seeds']) > 1 else ''})" for m, v in models.items()]
+    lines = [f"| {bin_by} words | sentences | " + " | ".join(head) + " |", "|---|---:|" + "---|" * len(models)]
+    for b, label in enumerate(view["bin_labels"]):
+        count = view["counts"][b]
+        cells = []
+        for model in models.values():
+            cell = model["bins"][b]
+            text = _mean_sd_text(cell["mean"], cell["sd"])
+            if cell["tested"]:
+                text += f" ({cell['significant']}/{cell['tested']})"
+            cells.append(text)
+        few = " (few)" if count < view["min_count"] else ""
+        lines.append(f"| {label}{few} | {count} | " + " | ".join(cells) + " |")
+    overall = [_mean_sd_text(summary["overall"][m]["bleu"]["mean"], summary["overall"][m]["bleu"]["sd"]) for m in models]
+    lines.append("| all | " + str(sum(view["counts"])) + " | " + " | ".join(overall) + " |")
+    retained = [_mean_sd_text(v["retained"]["mean"], v["retained"]["sd"]) for v in models.values()]
+    lines.append(f"| {view['bin_labels'][-1]} as % of {view['bin_labels'][0]} | | " + " | ".join(retained) + " |")
+    return lines
+
+
+def aggregate_figure(summary: dict, bin_by: str, title: str):
+    """Mean BLEU per bin over seeds, a +-1 sd band for models with several seeds."""
+    view = summary["binnings"][bin_by]
+    nan = lambda x: float("nan") if x is None else x  # noqa: E731
+    systems = {}
+    for model, values in view["models"].items():
+        rows = [[nan(c["mean"]), nan(c["mean"]) - nan(c["sd"] or 0.0), nan(c["mean"]) + nan(c["sd"] or 0.0)]
+                for c in values["bins"]]  # fmt: skip
+        systems[f"{model} ({len(values['seeds'])} seeds)" if len(values["seeds"]) > 1 else model] = rows
+    return bleu_by_length_figure(view["bin_labels"], view["counts"], systems, view["min_count"],
+                                 xlabel=f"{bin_by} length (words)", title=title,
+                                 interval="mean over seeds, band: ±1 sd", band=True)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the study
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = args.out.resolve()
-    common = [f"experiment={args.experiment or EXPERIMENTS[args.data]}", f"train.seed={args.seed}", "train.patience=0"]
+    common = [f"experiment={args.experiment or EXPERIMENTS[args.data]}", "train.patience=0"]
     common += budget_overrides(args.budget)
     if args.data_dir:
         common.append(f"data.dir={Path(args.data_dir).resolve()}")
     if args.cache_dir:
         common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
     common += args.overrides
-    checkpoints, training, run_dirs = {}, [], {}
-    for name in args.models:
-        run_dir = run_dirs[name] = out / "runs" / name
-        checkpoints[name] = run_dir / "checkpoints" / "best.pt"
-        if not (args.skip_trained and (run_dir / "results.json").is_file()):
-            training.append([sys.executable, "-m", "nmt.train", *common, *MODELS[name], f"hydra.run.dir={run_dir}"])
+    plan = planned_runs(args)
+    training = []
+    for seed, models in plan.items():
+        for name in models:
+            run_dir, overrides = run_path(out, name, seed), [*common, *MODELS[name], f"train.seed={seed}"]
+            if (run_dir / "results.json").is_file():
+                differences = run_differences(run_dir, expected_config(overrides))
+                if differences:
+                    raise SystemExit(f"{run_dir} finished with another config than this study's: "
+                                     f"{'; '.join(differences)}. Remove that folder to train it again, or "
+                                     "give another --out")  # fmt: skip
+                print(f"reusing {run_dir} (finished)", file=sys.stderr)
+                continue
+            training.append([sys.executable, "-m", "nmt.train", *overrides, "train.resume=auto",
+                             f"hydra.run.dir={run_dir}"])  # fmt: skip
     run_all(training, args.jobs)
 
-    ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
     splits = test_splits(args)
+    rows = {(name, seed): training_row(run_path(out, name, seed)) for seed, models in plan.items() for name in models}
     summary = [
         f"# Bottleneck study ({args.data})", "",
         "```", shlex.join([Path(sys.executable).name, "scripts/bottleneck_study.py", *(argv or sys.argv[1:])]), "```",
-        "", f"Training overrides shared by every model: `{' '.join(common)}`", "",
+        "", f"Training overrides shared by every model: `{' '.join(common)}`, and `train.seed=S` per seed", "",
         *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
-        "## Training", "", *training_table({name: training_row(d) for name, d in run_dirs.items()}, splits[0]), "",
+        "## Training", "", *training_table(rows, splits[0]), "",
     ]  # fmt: skip
     for split in splits:
-        evaluate = [
-            sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={out / split}",
-            f"bins={args.bins or DEFAULT_BINS[args.data]}", f"search.beam_size={args.beam_size or DEFAULT_BEAM[args.data]}",
-            f"tensorboard={out / 'tensorboard' / split}",
-        ]  # fmt: skip
-        if args.data_dir:
-            evaluate.append(f"data_dir={Path(args.data_dir).resolve()}")
-        table = run(evaluate)
-        print(f"\n== {split} ==\n{table}", flush=True)
-        summary += [
-            f"## {split}",
-            "",
-            "```",
-            table.rstrip(),
-            "```",
-            "",
-            f"![BLEU by length]({split}/bleu_by_length.png)",
-            "",
-        ]
-    (out / "summary.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+        reports, tables = {}, {}
+        for seed, models in plan.items():
+            ckpt = ",".join(f"'{name}:{run_path(out, name, seed) / 'checkpoints' / 'best.pt'}'" for name in models)
+            seed_dir = out / split / f"seed{seed}"
+            evaluate = [
+                sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={seed_dir}",
+                f"bins={args.bins or DEFAULT_BINS[args.data]}",
+                f"search.beam_size={args.beam_size or DEFAULT_BEAM[args.data]}",
+                f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
+            ]  # fmt: skip
+            if args.data_dir:
+                evaluate.append(f"data_dir={Path(args.data_dir).resolve()}")
+            tables[seed] = run(evaluate).rstrip()
+            reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+        result = aggregate(reports, args.models[0])
+        atomic_write_text(out / split / "eval.json", json.dumps(result, indent=2) + "\n")
+        for bin_by, name in (("source", "bleu_by_length"), ("reference", "bleu_by_reference_length")):
+            save_figure(aggregate_figure(result, bin_by, split), out / split / f"{name}.png")
+        over_seeds = [f"## {split}", "",
+                      f"Corpus BLEU per bin, mean ± sd over seeds ({', '.join(map(str, args.seeds))}); (k/n): the "
+                      f"difference to {args.models[0]} is significant in k of n seeds (paired bootstrap, Holm-adjusted "
+                      "over the bins, p < 0.05).", ""]  # fmt: skip
+        for bin_by in ("source", "reference"):
+            over_seeds += aggregate_table(result, bin_by) + [""]
+        over_seeds += [f"![BLEU by source length]({split}/bleu_by_length.png)", ""]
+        for seed, table in tables.items():
+            over_seeds += [f"### {split}, seed {seed}", "", "```", table, "```", "",
+                           f"![BLEU by length, seed {seed}]({split}/seed{seed}/bleu_by_length.png)", ""]  # fmt: skip
+        print("\n".join(over_seeds), flush=True)
+        summary += over_seeds
+    atomic_write_text(out / "summary.md", "\n".join(summary) + "\n")
     print(f"\nwrote {out / 'summary.md'}", file=sys.stderr)
 
 

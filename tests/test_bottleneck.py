@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
+
+from nmt.report import LengthSettings, score_systems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "bottleneck_study.py"
@@ -65,9 +69,94 @@ def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
     assert row["minutes"] == 30.0
     assert row["tokens_per_s"] == 2400.0  # the median of the logged rates
     assert row["best_valid_bleu"] == 29.5
-    table = study.training_table({"bahdanau": row}, "test_2016_flickr")
-    assert table[-1] == "| bahdanau | 7,978,560 | 670 | 30.0 | 2400 | 29.50 | 30.00 | 50.00 |"
+    table = study.training_table({("bahdanau", 3): row}, "test_2016_flickr")
+    assert table[-1] == "| bahdanau | 3 | 7,978,560 | 670 | 30.0 | 2400 | 29.50 | 30.00 | 50.00 |"
     assert len(table) == 3  # header, rule, one model
+
+
+def test_seeds_plan_the_runs() -> None:
+    """Every model once per seed; --single-seed models with the first seed only."""
+    study = load_script()
+    args = study.parse_args(["--data", "multi30k", "--out", "o", "--models", "none", "bahdanau", "luong_dot",
+                             "--seeds", "7", "1", "2", "--single-seed", "luong_dot"])  # fmt: skip
+    assert study.planned_runs(args) == {7: ["none", "bahdanau", "luong_dot"], 1: ["none", "bahdanau"],
+                                        2: ["none", "bahdanau"]}  # fmt: skip
+    assert study.run_path(Path("o"), "none", 2) == Path("o/runs/none/seed2")
+    for bad in (["--seeds", "1", "1"], ["--single-seed", "luong_dot"]):  # a repeated seed; a model not trained
+        with pytest.raises(SystemExit):
+            study.parse_args(["--data", "synthetic", "--out", "o", *bad])
+
+
+def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path: Path) -> None:
+    """The study reuses a finished run only if it trained what the command asks for: where it ran
+    and how fast may differ, the seed, budget or model may not."""
+    study = load_script()
+    overrides = ["experiment=synthetic_bottleneck", "train.patience=0", *study.MODELS["bahdanau"], "train.seed=1"]
+    expected = study.expected_config(overrides)
+    saved = study.expected_config([*overrides[:-1], "train.seed=2", "train.threads=2", "data.cache_dir=/elsewhere"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved), encoding="utf-8")
+    assert study.run_differences(tmp_path, expected) == ["train.seed: 2 -> 1"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(expected), encoding="utf-8")
+    assert study.run_differences(tmp_path, expected) == []
+    other = study.expected_config(["experiment=synthetic_bottleneck", "train.patience=0", *study.MODELS["none"],
+                                   "train.seed=1", "train.max_steps=10"])  # fmt: skip
+    assert {d.split(":")[0] for d in study.run_differences(tmp_path, other)} >= {"model.attention._target_",
+                                                                                  "train.max_steps"}  # fmt: skip
+    # sentencepiece's sample size shapes nothing when it exceeds the corpus (the log gives its size)
+    smaller = study.expected_config([*overrides, "data.vocab.sample_size=5000"])
+    (tmp_path / "train.log").write_text("[2026-11-30 10:00:00,001][nmt.data][INFO] - data: 4000 training pairs, "
+                                        "valid 100, test 600; vocabularies 48/48 pieces\n")  # fmt: skip
+    assert study.run_differences(tmp_path, smaller) == []
+    tiny = study.expected_config([*overrides, "data.vocab.sample_size=100"])
+    assert study.run_differences(tmp_path, tiny) == ["data.vocab.sample_size: 1000000 -> 100"]
+
+
+def _seed_report(seed: int, quality: dict[str, float]) -> dict:
+    """An nmt.evaluate report of systems that get a share ``quality[name]`` of each sentence right,
+    worse on long sentences for 'none'."""
+    gen = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(40)]
+    sources = [" ".join(gen.choice(words, size=n)) for n in gen.integers(3, 40, size=240)]
+    systems = {}
+    for name, share in quality.items():
+        hyps = []
+        for sentence in sources:
+            tokens = sentence.split()
+            keep = share * (0.3 if name == "none" and len(tokens) >= 20 else 1.0)
+            hyps.append(" ".join(t if gen.random() < keep else "x" for t in tokens))
+        systems[name] = hyps
+    return score_systems(sources, sources, systems, LengthSettings(bins=(10, 20, 30), n_bootstrap=50))
+
+
+def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
+    study = load_script()
+    reports = {1: _seed_report(1, {"none": 0.8, "bahdanau": 0.9}), 2: _seed_report(2, {"none": 0.8, "bahdanau": 0.9}),
+               3: _seed_report(3, {"none": 0.7, "bahdanau": 0.95, "luong_dot": 0.9})}  # fmt: skip
+    summary = study.aggregate(reports, "none")
+    assert summary["seeds"] == [1, 2, 3] and summary["baseline"] == "none"
+    for bin_by in ("source", "reference"):
+        view = summary["binnings"][bin_by]
+        assert list(view["models"]) == ["none", "bahdanau", "luong_dot"]
+        assert view["models"]["luong_dot"]["seeds"] == [3] and view["models"]["none"]["seeds"] == [1, 2, 3]
+        report_view = lambda r, by=bin_by: r if r["bin_by"] == by else r["other_binning"]  # noqa: E731
+        for b, cell in enumerate(view["models"]["bahdanau"]["bins"]):
+            seeds = [report_view(reports[s])["systems"]["bahdanau"]["bins"][b]["bleu"] for s in (1, 2, 3)]
+            assert cell["mean"] == pytest.approx(np.mean(seeds)) and cell["sd"] == pytest.approx(np.std(seeds, ddof=1))
+            assert [cell["per_seed"][s]["bleu"] for s in (1, 2, 3)] == seeds
+            assert cell["tested"] == 3 and 0 <= cell["significant"] <= 3
+            assert cell["count"] == view["counts"][b]
+        single = view["models"]["luong_dot"]["bins"][0]
+        assert single["sd"] is None and single["tested"] == 1
+        assert all(c["tested"] == 0 for c in view["models"]["none"]["bins"])  # the baseline is not tested
+    none = summary["binnings"]["source"]["models"]["none"]
+    assert none["retained"]["mean"] < 60  # 'none' loses most of its BLEU on the longest bin
+    assert summary["binnings"]["source"]["models"]["bahdanau"]["retained"]["mean"] > none["retained"]["mean"]
+    assert summary["overall"]["bahdanau"]["bleu"]["mean"] == pytest.approx(
+        np.mean([reports[s]["systems"]["bahdanau"]["bleu"] for s in (1, 2, 3)]))
+    table = study.aggregate_table(summary, "source")
+    assert table[0].startswith("| source words | sentences | none (3 seeds) | bahdanau (3 seeds) | luong_dot (1 seed)")
+    assert " ± " in table[2] and "/3)" in table[2] and "/1)" in table[2]
+    assert json.loads(json.dumps(summary))  # plain JSON
 
 
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
@@ -90,12 +179,16 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
                "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((out / "test" / "eval.json").read_text())
+    report = json.loads((out / "test" / "seed1234" / "eval.json").read_text())  # the one (default) seed
     assert list(report["systems"]) == ["none", "bahdanau"]
     assert report["edges"] == [10, 20, 30, 40, 50]
-    for name in ("bleu_by_length.png", "alignments_bahdanau.png", "eval.json"):
-        assert (out / "test" / name).is_file()
-    assert (out / "summary.md").is_file()
+    for name in ("seed1234/bleu_by_length.png", "seed1234/alignments_bahdanau.png", "bleu_by_length.png",
+                 "bleu_by_reference_length.png"):  # fmt: skip
+        assert (out / "test" / name).is_file(), name
+    over_seeds = json.loads((out / "test" / "eval.json").read_text())
+    mean_50 = over_seeds["binnings"]["source"]["models"]["bahdanau"]["bins"][-1]
+    assert mean_50["mean"] == report["systems"]["bahdanau"]["bins"][-1]["bleu"] and mean_50["sd"] is None
+    assert "| 50+ | " in (out / "summary.md").read_text()
 
     none, attn = bins_by_lo(report, "none"), bins_by_lo(report, "bahdanau")
     short, long = (0, 10), (40, 50)
@@ -109,6 +202,6 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     assert none[10]["ci_low"] > max(none[lo]["ci_high"] for lo in long)
     assert min(attn[lo]["bleu"] - none[lo]["bleu"] for lo in long) >= 40.0
     for lo in long:
-        assert attn[lo]["p_value"] < 0.05  # paired bootstrap against the model without attention
+        assert attn[lo]["p_holm"] < 0.05  # paired bootstrap against the model without attention, Holm-adjusted
     stats = report["systems"]["bahdanau"]["attention"]
     assert stats["diagonal_mass"] >= 0.8  # near-diagonal alignments (the swaps stay inside the band)

@@ -30,6 +30,7 @@ from nmt.length_bins import (
     bleu_from_statistics,
     bleu_statistics,
     bootstrap_ci,
+    holm,
     make_bins,
     paired_test,
     paired_test_by_bin,
@@ -202,7 +203,7 @@ def test_bleu_variants_are_configured_and_labelled() -> None:
 # --------------------------------------------------------------------------- the report
 
 
-BIN_KEYS = {"lo", "hi", "count", "bleu", "chrf", "ci_low", "ci_high", "flag", "p_value"}
+BIN_KEYS = {"lo", "hi", "count", "bleu", "chrf", "ci_low", "ci_high", "flag", "p_value", "p_holm"}
 
 
 def check_report_schema(report: dict, num_sentences: int, systems: list[str]) -> None:
@@ -228,6 +229,12 @@ def check_report_schema(report: dict, num_sentences: int, systems: list[str]) ->
                 assert b["bleu"] is None and b["flag"] == EMPTY
             else:
                 assert 0 <= b["bleu"] <= 100 + 1e-9 and b["ci_low"] - 1e-9 <= b["bleu"] <= b["ci_high"] + 1e-9
+    other = report["other_binning"]  # the same sentences by the other side's length
+    assert {report["bin_by"], other["bin_by"]} == {"source", "reference"}
+    assert list(other["systems"]) == systems and len(other["bin_labels"]) == len(other["edges"]) + 1
+    for system in other["systems"].values():
+        assert sum(b["count"] for b in system["bins"]) == num_sentences
+        assert all(set(b) == BIN_KEYS for b in system["bins"])
 
 
 def test_score_systems_report(tmp_path: Path) -> None:
@@ -250,6 +257,40 @@ def test_score_systems_report(tmp_path: Path) -> None:
                                                                        n_bootstrap=0, significance="none"))  # fmt: skip
     assert by_reference["bin_by"] == "reference" and by_reference["significance"] is None
     assert len(by_reference["edges"]) == 2 and by_reference["systems"]["base"]["ci_low"] is None
+
+
+def test_other_binning_is_the_report_binned_by_the_other_side() -> None:
+    """eval.json always holds both binnings: ``other_binning`` of a source-binned report is exactly
+    the primary binning of the reference-binned one (and p_holm is Holm's adjustment of p_value)."""
+    sources, refs, hyps = toy_test_set(150, seed=8, max_words=30)
+    refs = [r + " und so weiter" * (i % 3) for i, r in enumerate(refs)]  # reference lengths differ from sources'
+    systems = {"base": hyps, "oracle": refs}
+    by_source = score_systems(sources, refs, systems, LengthSettings(bins=(8, 16), n_bootstrap=50))
+    by_reference = score_systems(sources, refs, systems, LengthSettings(bins=(8, 16), n_bootstrap=50, bin_by="reference"))
+    assert by_source["other_binning"]["bin_by"] == "reference" and by_reference["other_binning"]["bin_by"] == "source"
+    for name in systems:
+        assert by_source["other_binning"]["systems"][name]["bins"] == by_reference["systems"][name]["bins"]
+        assert by_reference["other_binning"]["systems"][name]["bins"] == by_source["systems"][name]["bins"]
+    counts = lambda report: [b["count"] for b in report["systems"]["base"]["bins"]]  # noqa: E731
+    assert counts(by_source) != counts(by_reference)  # the binnings really differ
+    oracle = by_source["systems"]["oracle"]["bins"]
+    assert [b["p_holm"] for b in oracle] == holm([b["p_value"] for b in oracle])
+    assert all(b["p_holm"] is None for b in by_source["systems"]["base"]["bins"])  # the baseline is not tested
+    assert "by reference length" in format_report(by_source)
+
+
+def test_holm_adjustment() -> None:
+    assert holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06], nan_ok=True)
+    assert holm([]) == [] and holm([None]) == [None]
+    assert holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+    gen = np.random.default_rng(0)
+    for _ in range(20):
+        p = list(gen.uniform(0, 0.2, size=6))
+        adjusted = holm(p)
+        assert all(a >= q for a, q in zip(adjusted, p))  # never below the raw p-value
+        order = np.argsort(p)
+        assert all(np.diff(np.array(adjusted)[order]) >= 0)  # the raw order is kept
+        assert min(adjusted) == pytest.approx(min(1.0, 6 * min(p)))  # the smallest is Bonferroni's
 
 
 def test_score_systems_refuses_mismatched_lengths() -> None:
@@ -377,7 +418,8 @@ def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Pa
     assert stats["mean_entropy"] >= 0 and 0 <= stats["mean_normalized_entropy"] <= 1 + 1e-6
     assert 0 <= stats["diagonal_mass"] <= 1
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.glob("*.png")) == ["alignments_bahdanau.png", "bleu_by_length.png"]
+    assert sorted(p.name for p in out.glob("*.png")) == ["alignments_bahdanau.png", "bleu_by_length.png",
+                                                               "bleu_by_reference_length.png"]
     for name in ("none", "bahdanau"):
         hyp_file = Path(report["systems"][name]["hypotheses"])
         assert hyp_file.parent == out / "hypotheses" and len(hyp_file.read_text().splitlines()) == 30

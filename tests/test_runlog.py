@@ -43,6 +43,21 @@ def test_read_run_of_a_run_still_training(tmp_path: Path) -> None:
     assert record.results == {}
 
 
+def test_wall_time_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path) -> None:
+    """A run stopped after epoch 2 and resumed the next day: its wall time is its working time."""
+    folder = _run_folder(tmp_path, finished=False)
+    resumed = (
+        "[2026-12-01 09:00:00,000][nmt.train][INFO] - resuming from run/checkpoints/last.pt with the same config\n"
+        "[2026-12-01 09:00:01,000][nmt.train][INFO] - epoch 3: 134 batches, 0.5% padding\n"
+        "[2026-12-01 09:05:00,000][nmt.train][INFO] - validation at update 402: loss 2.2, ppl 9.0, BLEU 20.00, chrF 45\n"
+    )
+    with (folder / "train.log").open("a", encoding="utf-8") as log:
+        log.write(resumed)
+    record = read_run(folder)
+    assert record.minutes == 15.0  # 10 minutes, then 5 the next day
+    assert record.valid_bleu[-1] == (402, 20.0) and record.epochs_started == 3
+
+
 def test_tuning_log_prints_every_validation_and_the_test_score_once(tmp_path: Path) -> None:
     run = _run_folder(tmp_path / "run", finished=True)
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(run)],
