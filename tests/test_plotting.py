@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from matplotlib.collections import LineCollection
+from matplotlib.collections import LineCollection, PolyCollection
 
 from nmt.plotting import alignment_grid_figure, attention_figure, bleu_by_length_figure, save_figure
 
@@ -87,6 +87,23 @@ def test_bleu_by_length_figure_draws_every_system_with_intervals(tmp_path: Path)
     assert len({line.get_color() for line in ax.get_lines()}) == 2
     save_figure(fig, tmp_path / "bleu.png")
     assert (tmp_path / "bleu.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_bleu_by_length_figure_draws_bands_over_seeds() -> None:
+    """The study's plot over seeds: the mean as a line, the interval (e.g. +-1 sd) as a band."""
+    labels, counts = ["<10", "10-19", "50+"], [70, 110, 20]
+    systems = {"none (3 seeds)": np.array([[20, 18, 22], [10, 9, 11], [4, 3, 5]], dtype=float),
+               "bahdanau": np.array([[98, 98, 98], [97, 97, 97], [95, 95, 95]], dtype=float)}  # fmt: skip
+    fig = bleu_by_length_figure(labels, counts, systems, min_count=30, interval="mean over seeds, band: ±1 sd",
+                                band=True)  # fmt: skip
+    ax = fig.axes[0]
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 2 and not [c for c in ax.collections if isinstance(c, LineCollection)]  # no error bars
+    ys = bands[0].get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(3) and ys.max() == pytest.approx(22)  # the band spans low..high
+    means = [line for line in ax.get_lines() if line.get_markerfacecolor() != "white"]
+    assert [tuple(line.get_ydata()) for line in means] == [(20, 10, 4), (98, 97, 95)]
+    assert "band: ±1 sd" in ax.get_title() and "error bars" not in ax.get_title()
 
 
 def test_bleu_by_length_figure_checks_shapes() -> None:
