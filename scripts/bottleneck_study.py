@@ -44,6 +44,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -329,8 +330,9 @@ def aggregate_figure(summary: dict, bin_by: str, title: str):
     nan = lambda x: float("nan") if x is None else x  # noqa: E731
     systems = {}
     for model, values in view["models"].items():
-        rows = [[nan(c["mean"]), nan(c["mean"]) - nan(c["sd"] or 0.0), nan(c["mean"]) + nan(c["sd"] or 0.0)]
-                for c in values["bins"]]  # fmt: skip
+        mean = np.array([nan(c["mean"]) for c in values["bins"]])  # (B,), NaN for an empty bin
+        sd = np.array([c["sd"] or 0.0 for c in values["bins"]])  # (B,), 0 with one seed
+        rows = np.stack([mean, np.clip(mean - sd, 0, 100), np.clip(mean + sd, 0, 100)], axis=1)  # (B, 3)
         systems[f"{model} ({len(values['seeds'])} seeds)" if len(values["seeds"]) > 1 else model] = rows
     return bleu_by_length_figure(view["bin_labels"], view["counts"], systems, view["min_count"],
                                  xlabel=f"{bin_by} length (words)", title=title,

@@ -157,6 +157,11 @@ def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
     assert table[0].startswith("| source words | sentences | none (3 seeds) | bahdanau (3 seeds) | luong_dot (1 seed)")
     assert " ± " in table[2] and "/3)" in table[2] and "/1)" in table[2]
     assert json.loads(json.dumps(summary))  # plain JSON
+    ax = study.aggregate_figure(summary, "source", "test").axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["none (3 seeds)", "bahdanau (3 seeds)", "luong_dot"]
+    for band in ax.collections:  # mean +- sd, kept inside BLEU's range
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert ys.min() >= 0 and ys.max() <= 100
 
 
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
