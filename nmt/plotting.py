@@ -110,16 +110,16 @@ def bleu_by_length_figure(
         if values.shape != (num_bins, 3):
             raise ValueError(f"system {name}: values {values.shape}, expected ({num_bins}, 3)")
         bleu, low, high = values.T  # (B,) each
+        xs = x if band else x + offset  # error bars side by side; bands share the bin's position
         if band:
-            (line,) = ax.plot(x, bleu, marker="o", label=name)
+            (line,) = ax.plot(xs, bleu, marker="o", label=name)
             color = line.get_color()
-            ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
-            offset = 0.0
+            ax.fill_between(xs, low, high, color=color, alpha=0.2, linewidth=0)
         else:
             yerr = np.vstack([bleu - low, high - bleu])  # (2, B), NaN where unknown
-            color = ax.errorbar(x + offset, bleu, yerr=np.nan_to_num(yerr), marker="o", capsize=3, label=name)[0].get_color()
+            color = ax.errorbar(xs, bleu, yerr=np.nan_to_num(yerr), marker="o", capsize=3, label=name)[0].get_color()
         if few.any():  # hollow markers on top of the filled ones for flagged bins
-            ax.plot((x + offset)[few], bleu[few], linestyle="none", marker="o", color=color,
+            ax.plot(xs[few], bleu[few], linestyle="none", marker="o", color=color,
                     markerfacecolor="white", zorder=3)  # fmt: skip
     ax.set_xticks(x, labels=[f"{label}\n(n={n})" for label, n in zip(bin_labels, counts)], fontsize=8)
     ax.set_xlabel(xlabel)

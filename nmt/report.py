@@ -7,7 +7,7 @@ p-values against the first system), the terminal table, and the BLEU-by-length f
 
     num_sentences, bin_by ("source" | "reference"), bin_spec, edges, bin_labels, min_count,
     n_bootstrap, seed,
-    significance: {test, baseline, signature} | null       (null with one system)
+    significance: {test, baseline, signature, correction} | null   (null with one system)
     systems: {name: {
         bleu, chrf, signature, chrf_signature, ci_low, ci_high,
         p_value: {bleu, chrf} | null                         (null for the baseline)

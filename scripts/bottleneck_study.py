@@ -237,7 +237,7 @@ def aggregate(reports: dict[int, dict], baseline: str) -> dict:
                           per_seed: {seed: {bleu, ci_low, ci_high, chrf, p_value}}}}
         binnings: {"source" | "reference": {edges, bin_labels, counts, min_count,
             models: {model: {seeds,
-                bins: [{lo, hi, count, mean, sd, significant, tested,
+                bins: [{lo, hi, label, count, mean, sd, significant, tested,
                         per_seed: {seed: {bleu, ci_low, ci_high, p_value, p_holm}}}],
                 retained: {mean, sd, per_seed: {seed: last bin's BLEU as % of the first's}}}}}}
 
