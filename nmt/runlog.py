@@ -20,6 +20,8 @@ LOG_PAIRS = re.compile(r"data: (\d+) training pairs")
 LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
 LOG_EPOCH = re.compile(r"epoch (\d+): \d+ batches")
 LOG_VALID = re.compile(r"validation at update (\d+): loss [\d.]+, ppl [\d.]+, BLEU ([\d.]+)")
+LOG_LOAD = re.compile(r"CPU load ([\d.]+) \(cores (\d+), run threads (\d+)\)")
+SHARED_MARGIN = 0.5  # load above the run's own threads by more than this: something else ran too
 
 
 @dataclass
@@ -33,6 +35,8 @@ class RunRecord:
         less the time between a stop and the resumed run's first line.
     :ivar tokens_per_s: median of the logged target tokens/s.
     :ivar results: ``results.json`` (best_valid_bleu, steps, <split>_bleu, <split>_chrf), if finished.
+    :ivar cpu_load: median of the logged 1-minute load averages (None in logs from before it was logged).
+    :ivar cores: the machine's cores; ``threads``: the run's own threads (the last logged).
     """
 
     overrides: list[str] = field(default_factory=list)
@@ -43,6 +47,23 @@ class RunRecord:
     minutes: float | None = None
     tokens_per_s: float | None = None
     results: dict = field(default_factory=dict)
+    cpu_load: float | None = None
+    cores: int | None = None
+    threads: int | None = None
+
+    @property
+    def shared(self) -> bool | None:
+        """Whether other processes ran beside it: its median load exceeds its own threads (each
+        busy thread adds about 1 to the load). None where the load was not logged."""
+        if self.cpu_load is None or self.threads is None:
+            return None
+        return self.cpu_load > self.threads + SHARED_MARGIN
+
+    def machine(self) -> str:
+        """``shared (load 2.0, 2 cores)``, ``alone (...)`` or ``-``: for a table's column."""
+        if self.shared is None:
+            return "-"
+        return f"{'shared' if self.shared else 'alone'} (load {self.cpu_load:.1f}, {self.cores} cores)"
 
 
 def read_run(run_dir: Path) -> RunRecord:
@@ -69,6 +90,10 @@ def read_run(run_dir: Path) -> RunRecord:
                   if RESUMING not in line)  # fmt: skip
     record.minutes = seconds / 60 if stamped else None
     record.tokens_per_s = statistics.median(speeds) if speeds else None
+    loads = [m for line in lines if (m := LOG_LOAD.search(line))]
+    if loads:
+        record.cpu_load = statistics.median(float(m.group(1)) for m in loads)
+        record.cores, record.threads = int(loads[-1].group(2)), int(loads[-1].group(3))
     results = run_dir / "results.json"
     if results.is_file():
         record.results = json.loads(results.read_text(encoding="utf-8"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import time
 from contextlib import nullcontext
@@ -117,9 +118,24 @@ def _autocast(device: torch.device, amp: str):
     return nullcontext()
 
 
-def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, tok_s: float) -> None:
-    log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s",
-             step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s)  # fmt: skip
+def cpu_load() -> float | None:
+    """The 1-minute load average: processes running or waiting for a core, this run's included
+    (``None`` where the OS keeps none). Next to the run's own threads it tells whether anything else
+    shared the machine, and so whether a tokens/s figure is the machine's or half of it."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
+
+
+def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, tok_s: float, threads: int) -> None:
+    """One log line per ``train.log_every`` updates; ``threads``: the run's own (all its processes')."""
+    load = cpu_load()
+    machine = "" if load is None else f"; CPU load {load:.2f} (cores {os.cpu_count()}, run threads {threads})"
+    log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s%s",
+             step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s, machine)  # fmt: skip
+    if load is not None:
+        writer.add_scalar("train/cpu_load", load, step)
     writer.add_scalar("train/loss", stats.loss, step)
     writer.add_scalar("train/ppl", perplexity(stats.nll), step)
     writer.add_scalar("train/lr", lr, step)
@@ -232,7 +248,8 @@ class Trainer:
 
     def _log(self, stats: UpdateStats) -> None:
         tok_s = self.window_tokens * self.job.world_size / (time.perf_counter() - self.window_start)
-        _log_train(self.writer, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s)
+        threads = torch.get_num_threads() * self.job.world_size  # every process of a one-machine job
+        _log_train(self.writer, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s, threads)
         self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
         self.window_tokens, self.window_start = 0, time.perf_counter()
 

@@ -173,21 +173,23 @@ def run_differences(run_dir: Path, expected: dict) -> list[str]:
 
 def training_row(run_dir: Path) -> dict:
     """What a finished run's files say (:func:`nmt.runlog.read_run`): parameters, wall time (first
-    to last log line, training and the final test decoding), median logged target tokens/s, best
-    validation BLEU and the test scores of its best checkpoint."""
+    to last log line, training and the final test decoding), median logged target tokens/s, whether
+    it shared the machine (:meth:`nmt.runlog.RunRecord.machine`), best validation BLEU and the test
+    scores of its best checkpoint."""
     record = read_run(run_dir)
-    return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s, **record.results}
+    return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s,
+            "machine": record.machine(), **record.results}  # fmt: skip
 
 
 def training_table(rows: dict[tuple[str, int], dict], test_role: str = "test_2016_flickr") -> list[str]:
     """A markdown table of :func:`training_row` results, one line per (model, seed)."""
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    out = ["| model | seed | parameters | updates | wall min | target tok/s | valid BLEU | test BLEU | test chrF |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    out = ["| model | seed | parameters | updates | wall min | target tok/s | machine "
+           "| valid BLEU | test BLEU | test chrF |", "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
     for (name, seed), row in rows.items():
         out.append(
             f"| {name} | {seed} | {fmt(row.get('params'), ',')} | {fmt(row.get('steps'), '.0f')}"
-            f" | {fmt(row.get('minutes'), '.1f')} | {fmt(row.get('tokens_per_s'), '.0f')}"
+            f" | {fmt(row.get('minutes'), '.1f')} | {fmt(row.get('tokens_per_s'), '.0f')} | {row.get('machine', '-')}"
             f" | {fmt(row.get('best_valid_bleu'), '.2f')} | {fmt(row.get(f'{test_role}_bleu'), '.2f')}"
             f" | {fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
         )
@@ -377,6 +379,9 @@ def main(argv: list[str] | None = None) -> None:
         "", f"Training overrides shared by every model: `{' '.join(common)}`, and `train.seed=S` per seed", "",
         *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
         "## Training", "", *training_table(rows, splits[0]), "",
+        "machine: the median 1-minute load average while it trained; *shared* where it exceeded the run's own "
+        "threads, i.e. other processes took cores too and its wall time and tokens/s are not the machine's "
+        "(`-`: a log from before the load was logged).", "",
     ]  # fmt: skip
     for split in splits:
         reports, tables = {}, {}

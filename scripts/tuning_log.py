@@ -4,8 +4,9 @@
     python scripts/tuning_log.py runs/t* --table        # one summary line per run
 
 For each run: its command-line overrides, the validation BLEU after every epoch, the final and the
-best validation BLEU, updates, wall time and the median logged target tokens/s; the test scores
-only where the run scored them (``results.json``). Works on runs that are still training.
+best validation BLEU, updates, wall time, the median logged target tokens/s and whether other
+processes shared the machine (the logged CPU load); the test scores only where the run scored them
+(``results.json``). Works on runs that are still training.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def entry(run_dir: Path, record: RunRecord) -> list[str]:
              + (", ".join(f"{b:.2f} ({s})" for s, b in record.valid_bleu) or "none yet"),
              f"- final validation BLEU {_fmt(bleu[-1] if bleu else None, '.2f')}, best {_fmt(best, '.2f')}; "
              f"{_fmt(steps, 'd')} updates; {_fmt(record.minutes, '.1f')} min; "
-             f"median {_fmt(record.tokens_per_s, '.0f')} target tokens/s; "
+             f"median {_fmt(record.tokens_per_s, '.0f')} target tokens/s; machine {record.machine()}; "
              f"{_fmt(record.params, ',')} parameters"]  # fmt: skip
     tests = {k[: -len("_bleu")]: v for k, v in record.results.items() if k.endswith("_bleu") and k != "best_valid_bleu"}
     if tests:
@@ -48,7 +49,7 @@ def table_row(run_dir: Path, record: RunRecord) -> str:
     bleu = [b for _, b in record.valid_bleu]
     return (f"| `{run_dir.name}` | `{' '.join(o for o in record.overrides if not o.startswith(('data.dir=', 'hydra.')))}` "
             f"| {len(bleu)} | {_fmt(bleu[-1] if bleu else None, '.2f')} | {_fmt(max(bleu, default=None), '.2f')} "
-            f"| {_fmt(record.minutes, '.1f')} | {_fmt(record.tokens_per_s, '.0f')} |")  # fmt: skip
+            f"| {_fmt(record.minutes, '.1f')} | {_fmt(record.tokens_per_s, '.0f')} | {record.machine()} |")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         parser.error(f"no train.log in {', '.join(missing)}: give run folders of nmt.train")
     if args.table:
-        print("| run | overrides | validations | last valid BLEU | best | wall min | target tok/s |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("| run | overrides | validations | last valid BLEU | best | wall min | target tok/s | machine |")
+        print("|---|---|---:|---:|---:|---:|---:|---|")
         for run_dir in args.runs:
             print(table_row(run_dir, read_run(run_dir)))
         return

@@ -70,7 +70,7 @@ def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
     assert row["tokens_per_s"] == 2400.0  # the median of the logged rates
     assert row["best_valid_bleu"] == 29.5
     table = study.training_table({("bahdanau", 3): row}, "test_2016_flickr")
-    assert table[-1] == "| bahdanau | 3 | 7,978,560 | 670 | 30.0 | 2400 | 29.50 | 30.00 | 50.00 |"
+    assert table[-1] == "| bahdanau | 3 | 7,978,560 | 670 | 30.0 | 2400 | - | 29.50 | 30.00 | 50.00 |"  # load not logged
     assert len(table) == 3  # header, rule, one model
 
 

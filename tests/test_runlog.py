@@ -58,6 +58,28 @@ def test_wall_time_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path) -> None
     assert record.valid_bleu[-1] == (402, 20.0) and record.epochs_started == 3
 
 
+def _update_line(minute: int, load: float, threads: int) -> str:
+    return (f"[2026-11-30 11:{minute:02d}:00,000][nmt.train][INFO] - update {minute}: loss 4.0, ppl 55.0, "
+            f"|g| 1.00, 1500 target tokens/s; CPU load {load:.2f} (cores 2, run threads {threads})\n")  # fmt: skip
+
+
+def test_the_logged_cpu_load_says_whether_the_machine_was_shared(tmp_path: Path) -> None:
+    """A one-thread run with another job beside it logs a load near 2; alone, near 1. The median
+    decides, so a short burst of other work does not mark a run shared."""
+    folder = _run_folder(tmp_path, finished=False)
+    assert read_run(folder).shared is None and read_run(folder).machine() == "-"  # logs from before the load
+    with (folder / "train.log").open("a", encoding="utf-8") as log:
+        log.writelines(_update_line(m, load, 1) for m, load in enumerate([2.1, 1.9, 2.0, 0.9, 2.2]))
+    record = read_run(folder)
+    assert (record.cpu_load, record.cores, record.threads) == (2.0, 2, 1)
+    assert record.shared and record.machine() == "shared (load 2.0, 2 cores)"
+    alone = _run_folder(tmp_path / "alone", finished=False)
+    with (alone / "train.log").open("a", encoding="utf-8") as log:
+        log.writelines(_update_line(m, load, 2) for m, load in enumerate([2.0, 2.2, 1.8, 3.9]))
+    assert read_run(alone).shared is False  # two threads of its own load two cores
+    assert read_run(alone).machine() == "alone (load 2.1, 2 cores)"
+
+
 def test_tuning_log_prints_every_validation_and_the_test_score_once(tmp_path: Path) -> None:
     run = _run_folder(tmp_path / "run", finished=True)
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(run)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.data import prepare_data
 from nmt.errors import CheckpointError
 from nmt.metrics import teacher_forced_nll
+from nmt.runlog import read_run
 from nmt.train import train
 
 # Separate word-level vocabularies: every toy word is one piece, which the tiny model learns quickly.
@@ -78,6 +80,10 @@ def test_train_cli_end_to_end(tmp_path: Path) -> None:
     assert len(valid_files) == len(steps)
     assert all(len(f.read_text().splitlines()) == 30 for f in valid_files)
     assert "validation at update" in (run / "train.log").read_text()
+    if hasattr(os, "getloadavg"):  # the log says how busy the machine was, as the tables read it
+        record = read_run(run)
+        assert record.cpu_load is not None and record.cores == os.cpu_count() and record.threads == 1
+        assert "train/cpu_load" in events.Tags()["scalars"]
     saved = OmegaConf.load(run / "config.yaml")
     assert saved.data.train_src == str(corpus.train_src)
     assert saved.data.max_tokens == smoke.data.max_tokens
