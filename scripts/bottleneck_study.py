@@ -326,6 +326,28 @@ def aggregate_table(summary: dict, bin_by: str) -> list[str]:
     return lines
 
 
+def overall_table(summary: dict, rows: dict[tuple[str, int], dict]) -> list[str]:
+    """A markdown table, a row per model, of the whole split over seeds: parameters, the best
+    validation BLEU of training (greedy), the split's corpus BLEU and chrF as ``nmt.evaluate`` scored
+    them (mean ± sd), and in how many seeds BLEU differs from the baseline's (paired bootstrap over
+    the whole split, p < 0.05). ``rows``: :func:`training_row` per (model, seed)."""
+    baseline = summary["baseline"]
+    lines = [f"| model | seeds | parameters | valid BLEU (greedy) | BLEU | chrF | p < 0.05 vs {baseline} |",
+             "|---|---|---:|---|---|---|---:|"]  # fmt: skip
+    for model, over in summary["overall"].items():
+        trained = [rows.get((model, int(s)), {}) for s in over["seeds"]]
+        valid = [r["best_valid_bleu"] for r in trained if r.get("best_valid_bleu") is not None]
+        params = next((r["params"] for r in trained if r.get("params")), None)
+        p_values = [x["p_value"] for x in over["per_seed"].values() if x["p_value"] is not None]
+        tested = f"{sum(p < 0.05 for p in p_values)}/{len(p_values)}" if p_values and model != baseline else "-"
+        lines.append(
+            f"| {model} | {', '.join(map(str, over['seeds']))} | {'-' if params is None else format(params, ',')}"
+            f" | {_mean_sd_text(*_mean_sd(valid))} | {_mean_sd_text(over['bleu']['mean'], over['bleu']['sd'])}"
+            f" | {_mean_sd_text(over['chrf']['mean'], over['chrf']['sd'])} | {tested} |"
+        )
+    return lines
+
+
 def aggregate_figure(summary: dict, bin_by: str, title: str):
     """Mean BLEU per bin over seeds, a +-1 sd band for models with several seeds."""
     view = summary["binnings"][bin_by]
@@ -405,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         over_seeds = [f"## {split}", "",
                       f"Corpus BLEU per bin, mean ± sd over seeds ({', '.join(map(str, args.seeds))}); (k/n): the "
                       f"difference to {args.models[0]} is significant in k of n seeds (paired bootstrap, Holm-adjusted "
-                      "over the bins, p < 0.05).", ""]  # fmt: skip
+                      "over the bins, p < 0.05).", "", *overall_table(result, rows), ""]  # fmt: skip
         for bin_by in ("source", "reference"):
             over_seeds += aggregate_table(result, bin_by) + [""]
         over_seeds += [f"![BLEU by source length]({split}/bleu_by_length.png)", ""]

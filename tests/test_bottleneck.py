@@ -157,6 +157,14 @@ def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
     assert table[0].startswith("| source words | sentences | none (3 seeds) | bahdanau (3 seeds) | luong_dot (1 seed)")
     assert " ± " in table[2] and "/3)" in table[2] and "/1)" in table[2]
     assert json.loads(json.dumps(summary))  # plain JSON
+    rows = {(m, s): {"params": 1_000 + len(m), "best_valid_bleu": 20.0 + s} for m in ("none", "bahdanau") for s in (1, 2, 3)}
+    rows[("luong_dot", 3)] = {"params": 2_000, "best_valid_bleu": 30.0}
+    overall = study.overall_table(summary, rows)
+    assert overall[2].startswith("| none | 1, 2, 3 | 1,004 | 22.00 ± 1.00 | ") and overall[2].endswith(" | - |")
+    bahdanau = summary["overall"]["bahdanau"]
+    assert f"| {bahdanau['bleu']['mean']:.2f} ± {bahdanau['bleu']['sd']:.2f} |" in overall[3]
+    assert overall[3].endswith(" | 3/3 |")  # 0.9 against 0.8 of each sentence's words: clear in every seed
+    assert overall[4].startswith("| luong_dot | 3 | 2,000 | 30.00 | ")  # one seed: no sd
     ax = study.aggregate_figure(summary, "source", "test").axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["none (3 seeds)", "bahdanau (3 seeds)", "luong_dot"]
     for band in ax.collections:  # mean +- sd, kept inside BLEU's range
