@@ -27,8 +27,10 @@ that seed's checkpoints; the first model is the baseline of the paired tests. La
 
 A finished run (``results.json`` present) is reused, after checking that its config is the one
 this command would train (settings of where and how fast it ran aside, :data:`INCIDENTAL`); an
-unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A killed
-study is resumed by running the same command again.
+unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A seed's
+``eval.json`` is reused when it scores the same checkpoints, written after them, on the same split
+with the same bins and beam (:func:`evaluation_is_current`). A killed study is resumed, or a
+finished one's tables rebuilt, by running the same command again.
 
 ``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
 ``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another.
@@ -52,6 +54,7 @@ from nmt.checkpoint import upgrade_config
 from nmt.config import flatten
 from nmt.corpora import MULTI30K_SPLITS
 from nmt.plotting import bleu_by_length_figure, save_figure
+from nmt.report import format_report
 from nmt.runlog import read_run
 from nmt.utils import CONFIG_DIR, atomic_write_text
 
@@ -219,6 +222,26 @@ def run_all(commands: list[list[str]], jobs: int) -> None:
                 other.terminate()
                 other.wait()
             raise SystemExit(f"failed (exit {process.returncode}): {shlex.join(command)}")
+
+
+def evaluation_is_current(seed_dir: Path, checkpoints: dict[str, Path], split: str, bins: str, beam: int) -> bool:
+    """Whether ``seed_dir/eval.json`` already scores ``checkpoints`` (name -> path, in order) on
+    ``split`` with these bins and beam, and was written after every checkpoint (a retrained model
+    is decoded again)."""
+    path = seed_dir / "eval.json"
+    if not path.is_file():
+        return False
+    report = json.loads(path.read_text(encoding="utf-8"))
+    systems = report.get("systems", {})
+    spec = json.loads(bins) if bins.startswith("[") else bins  # "[10,15]" or "quantile:K"
+    if list(systems) != list(checkpoints) or report.get("split") != split or report.get("bin_spec") != spec:
+        return False
+    written = path.stat().st_mtime
+    return all(
+        system.get("checkpoint") == str(ckpt) and (system.get("search") or {}).get("beam_size") == beam
+        and ckpt.is_file() and ckpt.stat().st_mtime < written
+        for system, ckpt in zip(systems.values(), checkpoints.values())
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- over seeds
@@ -407,14 +430,19 @@ def main(argv: list[str] | None = None) -> None:
     ]  # fmt: skip
     for split in splits:
         reports, tables = {}, {}
+        bins, beam = args.bins or DEFAULT_BINS[args.data], args.beam_size or DEFAULT_BEAM[args.data]
         for seed, models in plan.items():
-            ckpt = ",".join(f"'{name}:{run_path(out, name, seed) / 'checkpoints' / 'best.pt'}'" for name in models)
+            checkpoints = {name: run_path(out, name, seed) / "checkpoints" / "best.pt" for name in models}
             seed_dir = out / split / f"seed{seed}"
+            if evaluation_is_current(seed_dir, checkpoints, split, bins, beam):
+                print(f"reusing {seed_dir / 'eval.json'} (the same checkpoints and settings)", file=sys.stderr)
+                reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+                tables[seed] = format_report(reports[seed]).rstrip()
+                continue
+            ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
             evaluate = [
                 sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={seed_dir}",
-                f"bins={args.bins or DEFAULT_BINS[args.data]}",
-                f"search.beam_size={args.beam_size or DEFAULT_BEAM[args.data]}",
-                f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
+                f"bins={bins}", f"search.beam_size={beam}", f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
             ]  # fmt: skip
             if args.data_dir:
                 evaluate.append(f"data_dir={Path(args.data_dir).resolve()}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,31 @@ def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
         assert ys.min() >= 0 and ys.max() <= 100
 
 
+def test_a_seeds_evaluation_is_reused_only_for_the_same_checkpoints_and_settings(tmp_path: Path) -> None:
+    """Rebuilding a finished study's tables decodes nothing again; a retrained model, another beam,
+    other bins or other models do."""
+    study = load_script()
+    checkpoints = {}
+    for name in ("none", "bahdanau"):
+        checkpoints[name] = study.run_path(tmp_path, name, 1) / "checkpoints" / "best.pt"
+        checkpoints[name].parent.mkdir(parents=True)
+        checkpoints[name].write_bytes(b"weights")
+    seed_dir = tmp_path / "test" / "seed1"
+    assert not study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20]", 5)  # nothing yet
+    seed_dir.mkdir(parents=True)
+    report = {"split": "test", "bin_spec": [10, 20],
+              "systems": {n: {"checkpoint": str(c), "search": {"beam_size": 5}} for n, c in checkpoints.items()}}
+    (seed_dir / "eval.json").write_text(json.dumps(report), encoding="utf-8")
+    assert study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20]", 5)
+    assert not study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20]", 1)
+    assert not study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20,30]", 5)
+    assert not study.evaluation_is_current(seed_dir, checkpoints, "valid", "[10,20]", 5)
+    assert not study.evaluation_is_current(seed_dir, {"none": checkpoints["none"]}, "test", "[10,20]", 5)
+    later = (seed_dir / "eval.json").stat().st_mtime + 10  # the model was trained again after scoring
+    os.utime(checkpoints["bahdanau"], (later, later))
+    assert not study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20]", 5)
+
+
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
     bins = {b["lo"]: b for b in report["systems"][system]["bins"]}
     assert all(b["count"] >= 60 for b in bins.values()), bins  # ~100 sentences per 10-word bin
@@ -202,7 +228,14 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     over_seeds = json.loads((out / "test" / "eval.json").read_text())
     mean_50 = over_seeds["binnings"]["source"]["models"]["bahdanau"]["bins"][-1]
     assert mean_50["mean"] == report["systems"]["bahdanau"]["bins"][-1]["bleu"] and mean_50["sd"] is None
-    assert "| 50+ | " in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "| 50+ | " in summary
+    # the same command again trains and decodes nothing, and rebuilds the same tables
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("(finished)") == 2 and "(the same checkpoints and settings)" in again.stderr
+    assert "-m nmt.train" not in again.stderr and "-m nmt.evaluate" not in again.stderr
+    assert (out / "summary.md").read_text() == summary
 
     none, attn = bins_by_lo(report, "none"), bins_by_lo(report, "bahdanau")
     short, long = (0, 10), (40, 50)
