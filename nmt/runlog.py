@@ -18,7 +18,7 @@ LOG_PARAMS = re.compile(r"model: ([\d,]+) parameters")
 RESUMING = "] - resuming from "
 LOG_PAIRS = re.compile(r"data: (\d+) training pairs")
 LOG_SPEED = re.compile(r"update \d+: .* ([\d.]+) target tokens/s")
-LOG_EPOCH = re.compile(r"epoch (\d+): \d+ batches")
+LOG_EPOCH = re.compile(r"epoch (\d+): (\d+) batches")
 LOG_VALID = re.compile(r"validation at update (\d+): loss [\d.]+, ppl [\d.]+, BLEU ([\d.]+)")
 LOG_LOAD = re.compile(r"CPU load ([\d.]+) \(cores (\d+), run threads (\d+)\)")
 SHARED_MARGIN = 0.5  # load above the run's own threads by more than this: something else ran too
@@ -31,12 +31,14 @@ class RunRecord:
     :ivar overrides: the Hydra command-line overrides.
     :ivar train_pairs: training pairs, as the data line of the log gives them.
     :ivar valid_bleu: (update, validation BLEU) in order; one per epoch unless ``train.eval_every``.
+    :ivar valid_minutes: the run's working minutes when each of those validations was logged.
     :ivar minutes: first to last log line (training, validation and the final test decoding),
         less the time between a stop and the resumed run's first line.
     :ivar tokens_per_s: median of the logged target tokens/s.
     :ivar results: ``results.json`` (best_valid_bleu, steps, <split>_bleu, <split>_chrf), if finished.
     :ivar cpu_load: median of the logged 1-minute load averages (None in logs from before it was logged).
     :ivar cores: the machine's cores; ``threads``: the run's own threads (the last logged).
+    :ivar epoch_batches: updates in an epoch, as the last epoch line gives them.
     """
 
     overrides: list[str] = field(default_factory=list)
@@ -44,12 +46,14 @@ class RunRecord:
     train_pairs: int | None = None
     epochs_started: int = 0
     valid_bleu: list[tuple[int, float]] = field(default_factory=list)
+    valid_minutes: list[float] = field(default_factory=list)
     minutes: float | None = None
     tokens_per_s: float | None = None
     results: dict = field(default_factory=dict)
     cpu_load: float | None = None
     cores: int | None = None
     threads: int | None = None
+    epoch_batches: int | None = None
 
     @property
     def shared(self) -> bool | None:
@@ -78,16 +82,22 @@ def read_run(run_dir: Path) -> RunRecord:
     stamped = [(datetime.fromisoformat(m.group(1)), line) for line in lines if (m := LOG_TIME.match(line))]
     params = [int(m.group(1).replace(",", "")) for line in lines if (m := LOG_PARAMS.search(line))]
     speeds = [float(m.group(1)) for line in lines if (m := LOG_SPEED.search(line))]
-    epochs = [int(m.group(1)) for line in lines if (m := LOG_EPOCH.search(line))]
+    epochs = [(int(m.group(1)), int(m.group(2))) for line in lines if (m := LOG_EPOCH.search(line))]
     record.params = params[-1] if params else None
     pairs = [int(m.group(1)) for line in lines if (m := LOG_PAIRS.search(line))]
     record.train_pairs = pairs[-1] if pairs else None
-    record.epochs_started = max(epochs, default=0)
-    record.valid_bleu = [(int(m.group(1)), float(m.group(2))) for line in lines if (m := LOG_VALID.search(line))]
+    record.epochs_started = max((epoch for epoch, _ in epochs), default=0)
+    record.epoch_batches = epochs[-1][1] if epochs else None
     # a resumed run logs "resuming from" first: the time from the previous line (the run stopped,
     # perhaps for a day) is not the run's
-    seconds = sum((later - earlier).total_seconds() for (earlier, _), (later, line) in zip(stamped, stamped[1:])
-                  if RESUMING not in line)  # fmt: skip
+    seconds, previous = 0.0, None
+    for stamp, line in stamped:
+        if previous is not None and RESUMING not in line:
+            seconds += (stamp - previous).total_seconds()
+        previous = stamp
+        if m := LOG_VALID.search(line):
+            record.valid_bleu.append((int(m.group(1)), float(m.group(2))))
+            record.valid_minutes.append(seconds / 60)
     record.minutes = seconds / 60 if stamped else None
     record.tokens_per_s = statistics.median(speeds) if speeds else None
     loads = [m for line in lines if (m := LOG_LOAD.search(line))]

@@ -104,6 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", help="data.cache_dir (subword models, tokenized data)")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (give each one thread with "
                         "train.threads=1; 2 halves the wall time on a 2-core machine)")  # fmt: skip
+    parser.add_argument("--status", action="store_true", help="print what is finished, what is partly trained "
+                        "and an estimate of the time left, then stop (trains and decodes nothing)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
     args = parser.parse_args(argv)
     if len(set(args.seeds)) != len(args.seeds):
@@ -242,6 +244,39 @@ def evaluation_is_current(seed_dir: Path, checkpoints: dict[str, Path], split: s
         and ckpt.is_file() and ckpt.stat().st_mtime < written
         for system, ckpt in zip(systems.values(), checkpoints.values())
     )  # fmt: skip
+
+
+def status_table(runs: dict[tuple[str, int], tuple[Path, dict]], jobs: int) -> list[str]:
+    """Where a long study stands: per (model, seed) -> (run folder, the config it trains), whether
+    the run is finished, partly trained (the share of its updates validated) or not started, and
+    the minutes left, estimated from its own pace up to its last validation or else from the
+    finished runs' median wall time (of the same model if there is one)."""
+    records = {key: read_run(run_dir) for key, (run_dir, _) in runs.items()}
+    finished = {key: r for key, r in records.items() if r.results and r.minutes}
+    lines = ["| model | seed | state | best valid BLEU | wall min | min left (estimate) |", "|---|---:|---|---:|---:|---:|"]
+    left_total = 0.0
+    for (model, seed), (_, config) in runs.items():
+        record, best = records[(model, seed)], max((b for _, b in records[(model, seed)].valid_bleu), default=None)
+        train = config["train"]
+        updates = train["max_steps"] or (
+            train["max_epochs"] * record.epoch_batches // train["accum_steps"] if record.epoch_batches else None)
+        done = record.valid_bleu[-1][0] if record.valid_bleu else 0
+        if record.results:
+            state, left = "finished", 0.0
+        elif done and updates:
+            pace = record.valid_minutes[-1] / done  # minutes an update, validation included
+            state, left = f"{100 * done / updates:.0f}% of {updates} updates", pace * (updates - done)
+        else:
+            state = "started, no validation yet" if record.epochs_started else "not started"
+            same = [r.minutes for (m, _), r in finished.items() if m == model] or [r.minutes for r in finished.values()]
+            left = statistics.median(same) if same else None
+        left_total += left or 0.0
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        lines.append(f"| {model} | {seed} | {state} | {fmt(best, '.2f')} | {fmt(record.minutes, '.1f')}"
+                     f" | {fmt(left, '.0f')} |")  # fmt: skip
+    lines += ["", f"About {left_total:.0f} minutes of training left, {left_total / jobs:.0f} of wall time with "
+              f"--jobs {jobs} (estimates from the runs' logged pace; unknown ones count as 0)."]  # fmt: skip
+    return lines
 
 
 # --------------------------------------------------------------------------- over seeds
@@ -400,6 +435,11 @@ def main(argv: list[str] | None = None) -> None:
         common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
     common += args.overrides
     plan = planned_runs(args)
+    if args.status:
+        runs = {(name, seed): (run_path(out, name, seed), expected_config([*common, *MODELS[name], f"train.seed={seed}"]))
+                for seed, models in plan.items() for name in models}  # fmt: skip
+        print("\n".join(status_table(runs, args.jobs)))
+        return
     training = []
     for seed, models in plan.items():
         for name in models:

@@ -75,6 +75,32 @@ def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
     assert len(table) == 3  # header, rule, one model
 
 
+def test_status_says_what_is_finished_and_estimates_the_time_left(tmp_path: Path) -> None:
+    """A study that spans sessions: the finished run needs nothing, the half-trained one its own pace
+    times the updates left, the one not started the finished runs' wall time."""
+    study = load_script()
+    stamp = "[2026-11-30 10:{:02d}:00,000][nmt.train][INFO] - "
+    logs = {
+        ("none", 1): [stamp.format(0) + "epoch 1: 100 batches", stamp.format(10) + "validation at update 100: loss 3.0, "
+                      "ppl 20.0, BLEU 10.00", stamp.format(20) + "validation at update 200: loss 2.0, ppl 7.0, BLEU 20.00"],
+        ("bahdanau", 1): [stamp.format(0) + "epoch 1: 100 batches", stamp.format(12) + "validation at update 100: "
+                          "loss 3.0, ppl 20.0, BLEU 12.00", stamp.format(13) + "epoch 2: 100 batches"],
+    }  # fmt: skip
+    runs = {}
+    for model, seed in [("none", 1), ("bahdanau", 1), ("bahdanau", 2)]:
+        run_dir = study.run_path(tmp_path, model, seed)
+        run_dir.mkdir(parents=True)
+        if (model, seed) in logs:
+            (run_dir / "train.log").write_text("\n".join(logs[(model, seed)]) + "\n", encoding="utf-8")
+        runs[(model, seed)] = (run_dir, {"train": {"max_steps": 0, "max_epochs": 2, "accum_steps": 1}})
+    (study.run_path(tmp_path, "none", 1) / "results.json").write_text('{"best_valid_bleu": 20.0}', encoding="utf-8")
+    table = study.status_table(runs, jobs=2)
+    assert table[2] == "| none | 1 | finished | 20.00 | 20.0 | 0 |"
+    assert table[3] == "| bahdanau | 1 | 50% of 200 updates | 12.00 | 13.0 | 12 |"  # 12 min for the first 100
+    assert table[4] == "| bahdanau | 2 | not started | - | - | 20 |"  # as long as the finished run
+    assert table[-1].startswith("About 32 minutes of training left, 16 of wall time with --jobs 2")
+
+
 def test_seeds_plan_the_runs() -> None:
     """Every model once per seed; --single-seed models with the first seed only."""
     study = load_script()

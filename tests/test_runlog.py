@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 
 from nmt.runlog import read_run
@@ -39,6 +40,7 @@ def test_read_run_of_a_run_still_training(tmp_path: Path) -> None:
     assert record.overrides == ["experiment=multi30k_de_en_best", "train.threads=1"]
     assert record.params == 12_277_056 and record.epochs_started == 2
     assert record.valid_bleu == [(134, 7.25), (268, 15.5)]
+    assert record.valid_minutes == pytest.approx([5.0, 10.0], abs=1e-3) and record.epoch_batches == 134
     assert record.minutes == 10.0 and record.tokens_per_s == 1400.0  # first to last line; median rate
     assert record.results == {}
 
@@ -55,6 +57,7 @@ def test_wall_time_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path) -> None
         log.write(resumed)
     record = read_run(folder)
     assert record.minutes == 15.0  # 10 minutes, then 5 the next day
+    assert record.valid_minutes[-1] == pytest.approx(15.0, abs=1e-3)
     assert record.valid_bleu[-1] == (402, 20.0) and record.epochs_started == 3
 
 
