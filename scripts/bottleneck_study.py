@@ -176,6 +176,11 @@ def run_differences(run_dir: Path, expected: dict) -> list[str]:
 # --------------------------------------------------------------------------- training
 
 
+def _fmt(value, spec: str) -> str:
+    """A table cell: ``value`` formatted, or ``-`` where it is missing."""
+    return "-" if value is None else format(value, spec)
+
+
 def training_row(run_dir: Path) -> dict:
     """What a finished run's files say (:func:`nmt.runlog.read_run`): parameters, wall time (first
     to last log line, training and the final test decoding), median logged target tokens/s, whether
@@ -188,15 +193,14 @@ def training_row(run_dir: Path) -> dict:
 
 def training_table(rows: dict[tuple[str, int], dict], test_role: str = "test_2016_flickr") -> list[str]:
     """A markdown table of :func:`training_row` results, one line per (model, seed)."""
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     out = ["| model | seed | parameters | updates | wall min | target tok/s | machine "
            "| valid BLEU | test BLEU | test chrF |", "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
     for (name, seed), row in rows.items():
         out.append(
-            f"| {name} | {seed} | {fmt(row.get('params'), ',')} | {fmt(row.get('steps'), '.0f')}"
-            f" | {fmt(row.get('minutes'), '.1f')} | {fmt(row.get('tokens_per_s'), '.0f')} | {row.get('machine', '-')}"
-            f" | {fmt(row.get('best_valid_bleu'), '.2f')} | {fmt(row.get(f'{test_role}_bleu'), '.2f')}"
-            f" | {fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
+            f"| {name} | {seed} | {_fmt(row.get('params'), ',')} | {_fmt(row.get('steps'), '.0f')}"
+            f" | {_fmt(row.get('minutes'), '.1f')} | {_fmt(row.get('tokens_per_s'), '.0f')} | {row.get('machine', '-')}"
+            f" | {_fmt(row.get('best_valid_bleu'), '.2f')} | {_fmt(row.get(f'{test_role}_bleu'), '.2f')}"
+            f" | {_fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
         )
     return out
 
@@ -271,9 +275,8 @@ def status_table(runs: dict[tuple[str, int], tuple[Path, dict]], jobs: int) -> l
             same = [r.minutes for (m, _), r in finished.items() if m == model] or [r.minutes for r in finished.values()]
             left = statistics.median(same) if same else None
         left_total += left or 0.0
-        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-        lines.append(f"| {model} | {seed} | {state} | {fmt(best, '.2f')} | {fmt(record.minutes, '.1f')}"
-                     f" | {fmt(left, '.0f')} |")  # fmt: skip
+        lines.append(f"| {model} | {seed} | {state} | {_fmt(best, '.2f')} | {_fmt(record.minutes, '.1f')}"
+                     f" | {_fmt(left, '.0f')} |")  # fmt: skip
     lines += ["", f"About {left_total:.0f} minutes of training left, {left_total / jobs:.0f} of wall time with "
               f"--jobs {jobs} (estimates from the runs' logged pace; unknown ones count as 0)."]  # fmt: skip
     return lines
