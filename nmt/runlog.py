@@ -1,5 +1,5 @@
 """What a run folder says about its training: ``train.log`` (parameters, validation BLEU per
-epoch, logged tokens/s, wall time), ``.hydra/overrides.yaml`` (the command line) and
+epoch and when it came, logged tokens/s and CPU load, wall time), ``.hydra/overrides.yaml`` (the command line) and
 ``results.json`` (best validation and test scores). Read by the study and tuning scripts, so
 that every figure they tabulate comes from a recorded run.
 """
