@@ -302,12 +302,14 @@ def aggregate(reports: dict[int, dict], baseline: str) -> dict:
             models: {model: {seeds,
                 bins: [{lo, hi, label, count, mean, sd, significant, tested,
                         per_seed: {seed: {bleu, ci_low, ci_high, p_value, p_holm}}}],
-                retained: {mean, sd, per_seed: {seed: last bin's BLEU as % of the first's}}}}}}
+                retained: {bin, mean, sd, per_seed: {seed: that bin's BLEU as % of the first's}}}}}}
 
     A bin's ``significant`` counts the seeds where the model's difference to the baseline has a
     Holm-adjusted p-value under 0.05, among the ``tested`` seeds that trained both; a bin's
     ``mean`` and ``sd`` (sample, n - 1; null with one seed) are over the seeds' corpus BLEU of the
-    bin. ``retained`` is the length result in one number. Seeds are JSON keys, hence strings.
+    bin. ``retained`` is the length result in one number: the BLEU of ``bin``, the longest bin
+    holding at least ``min_count`` sentences (the last bin if none does), as a percentage of the
+    first bin's. Seeds are JSON keys, hence strings.
     """
     first = next(iter(reports.values()))
     models = list(dict.fromkeys(name for report in reports.values() for name in report["systems"]))
@@ -318,6 +320,9 @@ def aggregate(reports: dict[int, dict], baseline: str) -> dict:
         def bins_of(report: dict, model: str, binning: str = binning) -> list[dict]:
             return (report if binning == "primary" else report["other_binning"])["systems"][model]["bins"]
 
+        counts = [b["count"] for b in bins_of(first, models[0])]
+        # the length result in one number: the longest bin with enough sentences to decide something
+        longest = max((b for b, n in enumerate(counts) if n >= first["min_count"]), default=len(counts) - 1)
         per_model = {}
         for model in models:
             seeds = [s for s, r in reports.items() if model in r["systems"]]
@@ -334,13 +339,14 @@ def aggregate(reports: dict[int, dict], baseline: str) -> dict:
                     "per_seed": {s: {k: c.get(k) for k in ("bleu", "ci_low", "ci_high", "p_value", "p_holm")}
                                  for s, c in cells.items()},
                 })  # fmt: skip
-            ratios = {s: 100 * c[-1]["bleu"] / c[0]["bleu"] for s in seeds
-                      if (c := bins_of(reports[s], model))[0]["bleu"] and c[-1]["bleu"] is not None}  # fmt: skip
+            ratios = {s: 100 * c[longest]["bleu"] / c[0]["bleu"] for s in seeds
+                      if (c := bins_of(reports[s], model))[0]["bleu"] and c[longest]["bleu"] is not None}  # fmt: skip
             mean, sd = _mean_sd(list(ratios.values()))
-            per_model[model] = {"seeds": seeds, "bins": bins, "retained": {"mean": mean, "sd": sd, "per_seed": ratios}}
+            retained = {"bin": view["bin_labels"][longest], "mean": mean, "sd": sd, "per_seed": ratios}
+            per_model[model] = {"seeds": seeds, "bins": bins, "retained": retained}
         views[view["bin_by"]] = {
             "edges": view["edges"], "bin_labels": view["bin_labels"], "min_count": first["min_count"],
-            "counts": [b["count"] for b in next(iter(per_model.values()))["bins"]], "models": per_model,
+            "counts": counts, "models": per_model,
         }  # fmt: skip
     overall = {}
     for model in models:
@@ -383,7 +389,8 @@ def aggregate_table(summary: dict, bin_by: str) -> list[str]:
     overall = [_mean_sd_text(summary["overall"][m]["bleu"]["mean"], summary["overall"][m]["bleu"]["sd"]) for m in models]
     lines.append("| all | " + str(sum(view["counts"])) + " | " + " | ".join(overall) + " |")
     retained = [_mean_sd_text(v["retained"]["mean"], v["retained"]["sd"]) for v in models.values()]
-    lines.append(f"| {view['bin_labels'][-1]} as % of {view['bin_labels'][0]} | | " + " | ".join(retained) + " |")
+    longest = next(iter(models.values()))["retained"]["bin"]
+    lines.append(f"| {longest} as % of {view['bin_labels'][0]} | | " + " | ".join(retained) + " |")
     return lines
 
 

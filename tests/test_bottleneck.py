@@ -138,7 +138,7 @@ def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path: Path) -> N
     assert study.run_differences(tmp_path, tiny) == ["data.vocab.sample_size: 1000000 -> 100"]
 
 
-def _seed_report(seed: int, quality: dict[str, float]) -> dict:
+def _seed_report(seed: int, quality: dict[str, float], bins: tuple[int, ...] = (10, 20, 30)) -> dict:
     """An nmt.evaluate report of systems that get a share ``quality[name]`` of each sentence right,
     worse on long sentences for 'none'."""
     gen = np.random.default_rng(seed)
@@ -152,7 +152,7 @@ def _seed_report(seed: int, quality: dict[str, float]) -> dict:
             keep = share * (0.3 if name == "none" and len(tokens) >= 20 else 1.0)
             hyps.append(" ".join(t if gen.random() < keep else "x" for t in tokens))
         systems[name] = hyps
-    return score_systems(sources, sources, systems, LengthSettings(bins=(10, 20, 30), n_bootstrap=50))
+    return score_systems(sources, sources, systems, LengthSettings(bins=bins, n_bootstrap=50))
 
 
 def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
@@ -197,6 +197,24 @@ def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
     for band in ax.collections:  # mean +- sd, kept inside BLEU's range
         ys = band.get_paths()[0].vertices[:, 1]
         assert ys.min() >= 0 and ys.max() <= 100
+
+
+def test_the_length_result_skips_a_last_bin_with_too_few_sentences() -> None:
+    """Multi30k's 25+ bin holds 4 test sentences: 'retained' then compares the longest bin that
+    holds at least min_count (30) sentences with the first."""
+    study = load_script()
+    reports = {s: _seed_report(s, {"none": 0.8, "bahdanau": 0.9}, bins=(10, 20, 30, 37)) for s in (1, 2)}
+    summary = study.aggregate(reports, "none")
+    view = summary["binnings"]["source"]
+    assert view["counts"][-1] < 30 <= min(view["counts"][:-1])  # lengths 37-39 of 3-39: too few
+    for result in view["models"].values():
+        assert result["retained"]["bin"] == "30-36"
+        for s in (1, 2):
+            cells = result["bins"][3]["per_seed"][s], result["bins"][0]["per_seed"][s]
+            assert result["retained"]["per_seed"][s] == pytest.approx(100 * cells[0]["bleu"] / cells[1]["bleu"])
+    assert study.aggregate_table(summary, "source")[-1].startswith("| 30-36 as % of <10 | |")
+    full = study.aggregate({s: _seed_report(s, {"none": 0.8, "bahdanau": 0.9}) for s in (1, 2)}, "none")
+    assert full["binnings"]["source"]["models"]["none"]["retained"]["bin"] == "30+"  # enough: the last bin
 
 
 def test_a_seeds_evaluation_is_reused_only_for_the_same_checkpoints_and_settings(tmp_path: Path) -> None:
