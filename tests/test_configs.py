@@ -190,7 +190,8 @@ def test_experiment_contents(compose_cfg) -> None:
 
 
 @pytest.mark.parametrize("model", [[], ["model/decoder=bahdanau"], ["model/attention=none"], ["model/attention=scaled_dot"],
-                                   ["model/attention=luong_dot", "model/decoder=luong"]])  # fmt: skip
+                                   ["model/attention=luong_dot", "model/decoder=luong"],
+                                   ["model/attention=luong_general", "model/decoder=luong"]])  # fmt: skip
 def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: list[str]) -> None:
     """The README's attention table swaps attention and decoder in the tuned recipe; the two
     directions differ only in their languages and en-de's word dropout (de-en dropped it after
