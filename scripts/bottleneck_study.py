@@ -41,9 +41,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -214,20 +216,49 @@ def run(command: list[str]) -> str:
     return result.stdout
 
 
-def run_all(commands: list[list[str]], jobs: int) -> None:
-    """Run commands ``jobs`` at a time (their output passes through); stop at the first failure."""
+def run_all(commands: list[list[str]], jobs: int, poll_seconds: float = 1.0) -> None:
+    """Run commands ``jobs`` at a time (their output passes through), starting the next one as soon
+    as any finishes; stop at the first failure.
+
+    The commands run in sessions of their own, so a Ctrl-C in the terminal reaches this process
+    only; however it stops (a failure, Ctrl-C, SIGTERM or SIGHUP: see :func:`_exit_on_signals`) it
+    sends each command still running one SIGTERM, on which ``nmt.train`` saves for resume, and waits
+    for it. Only a SIGKILL of this process leaves them running.
+    """
     pending, running = list(commands), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            command = pending.pop(0)
-            print("+", shlex.join(command), file=sys.stderr, flush=True)
-            running.append((command, subprocess.Popen(command)))
-        command, process = running.pop(0)
-        if process.wait() != 0:
-            for _, other in running:
-                other.terminate()
-                other.wait()
-            raise SystemExit(f"failed (exit {process.returncode}): {shlex.join(command)}")
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                command = pending.pop(0)
+                print("+", shlex.join(command), file=sys.stderr, flush=True)
+                running.append((command, subprocess.Popen(command, start_new_session=True)))
+            done = [(command, process) for command, process in running if process.poll() is not None]
+            if not done:
+                time.sleep(poll_seconds)
+                continue
+            for command, process in done:
+                running.remove((command, process))
+                if process.returncode != 0:
+                    raise SystemExit(f"failed (exit {process.returncode}): {shlex.join(command)}")
+    finally:
+        for _, process in running:
+            process.terminate()
+        for _, process in running:
+            try:
+                process.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _exit_on_signals() -> None:
+    """SIGTERM and SIGHUP (``kill PID``, a closed terminal) end this process as Ctrl-C does, through
+    ``finally`` blocks, so :func:`run_all` stops its trainings cleanly."""
+
+    def stop(signum: int, frame) -> None:
+        raise SystemExit(f"stopped by {signal.Signals(signum).name}; run the same command again to resume")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
 
 
 def evaluation_is_current(seed_dir: Path, checkpoints: dict[str, Path], split: str, bins: str, beam: int) -> bool:
@@ -464,6 +495,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             training.append([sys.executable, "-m", "nmt.train", *overrides, "train.resume=auto",
                              f"hydra.run.dir={run_dir}"])  # fmt: skip
+    _exit_on_signals()
     run_all(training, args.jobs)
 
     splits = test_splits(args)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,41 @@ def test_seeds_plan_the_runs() -> None:
     for bad in (["--seeds", "1", "1"], ["--single-seed", "luong_dot"]):  # a repeated seed; a model not trained
         with pytest.raises(SystemExit):
             study.parse_args(["--data", "synthetic", "--out", "o", *bad])
+
+
+def test_runs_start_as_soon_as_any_finishes_and_a_failure_stops_the_rest(tmp_path: Path) -> None:
+    study = load_script()
+    log = tmp_path / "log"
+    append = lambda name, wait=0.0: [sys.executable, "-c", f"import time; time.sleep({wait}); open({str(log)!r}, 'a').write('{name}')"]  # noqa: E731, E501
+    study.run_all([append("A", wait=3.0), append("B"), append("C")], jobs=2, poll_seconds=0.05)
+    assert log.read_text() == "BCA"  # C took B's place while A still ran
+    log.unlink()
+    with pytest.raises(SystemExit, match="failed"):
+        study.run_all([append("A", wait=30.0), [sys.executable, "-c", "raise SystemExit(3)"], append("C")], jobs=2,
+                      poll_seconds=0.05)  # fmt: skip
+    assert not log.exists()  # A was stopped, C never started
+
+
+def test_a_terminated_study_stops_its_trainings(tmp_path: Path) -> None:
+    """``kill PID`` of the study reaches the trainings it started (in sessions of their own, so a
+    terminal's Ctrl-C would not): each gets SIGTERM, on which nmt.train saves for resume."""
+    started, stopped = tmp_path / "started", tmp_path / "stopped"
+    training = (f"import pathlib, signal, sys, time\n"
+                f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(stopped)!r}).touch(), sys.exit(0)))\n"
+                f"pathlib.Path({str(started)!r}).touch()\ntime.sleep(60)")  # fmt: skip
+    driver = (f"import importlib.util, sys\nspec = importlib.util.spec_from_file_location('s', {str(SCRIPT)!r})\n"
+              f"study = importlib.util.module_from_spec(spec); spec.loader.exec_module(study)\n"
+              f"study._exit_on_signals()\n"
+              f"study.run_all([[sys.executable, '-c', {training!r}]], 1, poll_seconds=0.05)")  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    process.terminate()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1 and "stopped by SIGTERM" in stderr
+    assert stopped.exists()  # the training got its SIGTERM before the study exited
 
 
 def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path: Path) -> None:
@@ -248,6 +284,19 @@ def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
     return bins
 
 
+def _run_study(command: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Run the study; past ``timeout`` stop it as a user would (SIGTERM, which stops its
+    trainings too, where a SIGKILL would leave them running) and fail."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        process.communicate(timeout=600)
+        pytest.fail(f"the study took over {timeout} s")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 @pytest.mark.slow
 def test_synthetic_bottleneck(tmp_path: Path) -> None:
     """Train both models with a small shared budget (4000 training pairs and 1600 updates in place
@@ -261,7 +310,7 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--data", "synthetic", "--out", str(out),
                "--cache-dir", str(tmp_path / "cache"), "--budget", "max_steps=1600", "--",
                "data.train_size=4000", "train.eval_every=100"]  # the small budget; the README's is larger  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    result = _run_study(command, tmp_path, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "test" / "seed1234" / "eval.json").read_text())  # the one (default) seed
     assert list(report["systems"]) == ["none", "bahdanau"]
@@ -275,7 +324,7 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     summary = (out / "summary.md").read_text()
     assert "| 50+ | " in summary
     # the same command again trains and decodes nothing, and rebuilds the same tables
-    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    again = _run_study(command, tmp_path, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("(finished)") == 2 and "(the same checkpoints and settings)" in again.stderr
     assert "-m nmt.train" not in again.stderr and "-m nmt.evaluate" not in again.stderr
