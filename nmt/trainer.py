@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -143,6 +144,36 @@ def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, 
     writer.add_scalar("train/tgt_tokens_per_s", tok_s, step)
 
 
+class TokenRate:
+    """Target tokens per second of training over the updates between two log lines. Validation
+    and checkpointing pause the clock: the tokens trained before a validation are divided by the
+    seconds spent training them, not by the time since the validation ended.
+
+    :param clock: seconds, monotonic (a test passes a fake one).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.tokens, self.seconds, self.since = 0, 0.0, clock()
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    def pause(self) -> None:
+        self.seconds += self.clock() - self.since
+
+    def resume(self) -> None:
+        self.since = self.clock()
+
+    def take(self) -> float:
+        """The window's rate (0.0 for an empty window); starts the next window."""
+        now = self.clock()
+        seconds = self.seconds + (now - self.since)
+        rate = self.tokens / seconds if seconds > 0 else 0.0
+        self.tokens, self.seconds, self.since = 0, 0.0, now
+        return rate
+
+
 class Trainer:
     """One run's training state and bookkeeping (every rank has one; rank 0 alone logs and writes).
 
@@ -181,7 +212,7 @@ class Trainer:
         self.done, self.reason, self.end_of_epoch = False, "max_epochs reached", False
         self.groups: list[list[np.ndarray]] = []
         self.bar: tqdm | None = None
-        self.window_tokens, self.window_start = 0, time.perf_counter()
+        self.rate = TokenRate()
 
     # ----------------------------------------------------------------- the loop's steps
 
@@ -229,7 +260,7 @@ class Trainer:
         if not isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step()
         self.progress.step += 1
-        self.window_tokens += stats.tokens
+        self.rate.add(stats.tokens)
         if self.ema is not None:
             self.ema.update(self.model)
 
@@ -247,11 +278,10 @@ class Trainer:
             )
 
     def _log(self, stats: UpdateStats) -> None:
-        tok_s = self.window_tokens * self.job.world_size / (time.perf_counter() - self.window_start)
+        tok_s = self.rate.take() * self.job.world_size
         threads = torch.get_num_threads() * self.job.world_size  # every process of a one-machine job
         _log_train(self.writer, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s, threads)
         self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
-        self.window_tokens, self.window_start = 0, time.perf_counter()
 
     def validation_due(self) -> bool:
         """Every ``train.eval_every`` good updates (0: at each epoch's end), and when training is done."""
@@ -263,6 +293,7 @@ class Trainer:
         """Validate (rank 0; every rank learns the score), step a plateau schedule, track the best
         score and early stopping, and write ``last.pt``, ``best.pt`` and the periodic weights."""
         p = self.progress
+        self.rate.pause()
         bleu = 0.0
         if self.job.is_main:
             with self._averaged():
@@ -282,7 +313,7 @@ class Trainer:
                 self._keep_periodic()
         if self.tcfg.patience and p.stale_validations >= self.tcfg.patience:
             self.done, self.reason = True, f"early stopping: no better validation BLEU in {self.tcfg.patience} validations"
-        self.window_start = time.perf_counter()
+        self.rate.resume()
 
     def save_for_resume(self, signum: int) -> dict[str, float]:
         """After SIGINT/SIGTERM: write ``last.pt`` and stop (every rank)."""

@@ -41,8 +41,18 @@ def test_read_run_of_a_run_still_training(tmp_path: Path) -> None:
     assert record.params == 12_277_056 and record.epochs_started == 2
     assert record.valid_bleu == [(134, 7.25), (268, 15.5)]
     assert record.valid_minutes == pytest.approx([5.0, 10.0], abs=1e-3) and record.epoch_batches == 134
-    assert record.minutes == 10.0 and record.tokens_per_s == 1400.0  # first to last line; median rate
+    assert record.minutes == 10.0 and record.tokens_per_s == 1200.0  # first to last line; median rate
     assert record.results == {}
+
+
+def test_the_rate_of_a_window_that_spanned_a_validation_is_left_out(tmp_path: Path) -> None:
+    """Old trainers logged the first rate after a validation far too high (tokens of the whole window
+    over the seconds since the validation); the median must not move with it."""
+    folder = _run_folder(tmp_path, finished=False)
+    assert read_run(folder).tokens_per_s == 1200.0  # 1000 and 1400; not 1500, logged after a validation
+    inflated = LOG.replace("1500 target tokens/s", "60420 target tokens/s")
+    (folder / "train.log").write_text(inflated, encoding="utf-8")
+    assert read_run(folder).tokens_per_s == 1200.0
 
 
 def test_wall_time_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path) -> None:
@@ -89,7 +99,7 @@ def test_tuning_log_prints_every_validation_and_the_test_score_once(tmp_path: Pa
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "7.25 (134), 15.50 (268)" in proc.stdout
-    assert "final validation BLEU 15.50, best 15.50; 268 updates; 10.0 min; median 1400 target tokens/s" in proc.stdout
+    assert "final validation BLEU 15.50, best 15.50; 268 updates; 10.0 min; median 1200 target tokens/s" in proc.stdout
     assert proc.stdout.count("test_2016_flickr BLEU 16.00") == 1
     missing = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=60)  # fmt: skip

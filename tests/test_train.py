@@ -23,6 +23,7 @@ from nmt.errors import CheckpointError
 from nmt.metrics import teacher_forced_nll
 from nmt.runlog import read_run
 from nmt.train import train
+from nmt.trainer import TokenRate
 
 # Separate word-level vocabularies: every toy word is one piece, which the tiny model learns quickly.
 TOY_VOCAB = ["data.vocab.joint=false", "data.vocab.size=40"]
@@ -32,6 +33,25 @@ def _scalars(folder: Path) -> EventAccumulator:
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0})
     events.Reload()
     return events
+
+
+def test_logged_tokens_per_second_leave_out_the_validation() -> None:
+    """Tokens trained before a validation are divided by the seconds that trained them: a long
+    validation neither slows the logged rate nor, once over, inflates the next one."""
+    now = [0.0]
+    rate = TokenRate(clock=lambda: now[0])
+    rate.add(3000)
+    now[0] = 2.0  # 3000 tokens in 2 s of training ...
+    rate.pause()
+    now[0] = 62.0  # ... then a minute of validation and checkpoints
+    rate.resume()
+    rate.add(1500)
+    now[0] = 63.0  # and 1500 more in 1 s
+    assert rate.take() == pytest.approx(1500.0)  # 4500 tokens / 3 s, not / 63 s nor / 1 s
+    rate.add(1000)
+    now[0] = 65.0
+    assert rate.take() == pytest.approx(500.0)  # a new window: 1000 tokens / 2 s
+    assert rate.take() == 0.0  # nothing trained, no division by zero
 
 
 @pytest.mark.slow
