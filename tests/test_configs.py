@@ -194,16 +194,14 @@ def test_experiment_contents(compose_cfg) -> None:
                                    ["model/attention=luong_general", "model/decoder=luong"]])  # fmt: skip
 def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: list[str]) -> None:
     """The README's attention table swaps attention and decoder in the tuned recipe; the two
-    directions differ only in their languages and en-de's word dropout (de-en dropped it after
-    its 16-epoch comparison), and the schedule ends inside the budget."""
+    directions differ only in their languages (both dropped word dropout after a 16-epoch
+    comparison on their validation sets), and the schedule ends inside the budget."""
     de_en = compose_cfg("experiment=multi30k_de_en_best", *model)
     en_de = compose_cfg("experiment=multi30k_en_de_best", *model)
     assert isinstance(build_model(de_en.model, 60, 70), Seq2Seq)
     assert (de_en.data.src_lang, de_en.data.tgt_lang, en_de.data.src_lang, en_de.data.tgt_lang) == ("de", "en", "en", "de")
     assert OmegaConf.to_container(de_en.train, resolve=True) == OmegaConf.to_container(en_de.train, resolve=True)
     assert (de_en.model.src_word_dropout, de_en.model.tgt_word_dropout) == (0.0, 0.0)
-    assert (en_de.model.src_word_dropout, en_de.model.tgt_word_dropout) == (0.1, 0.1)
-    en_de.model.src_word_dropout = en_de.model.tgt_word_dropout = 0.0
     assert de_en.model == en_de.model
     updates_per_epoch = 134  # Multi30k train with 4096-token batches
     assert max(de_en.train.scheduler.milestones) < de_en.train.max_epochs * updates_per_epoch
