@@ -3,9 +3,13 @@
 A checkpoint holds the resolved config, both sentencepiece models, the weights of the plain
 (unwrapped, uncompiled) model, the training state for resuming (optimizer, scheduler, random
 state, position in the data; None in weights-only files) and its provenance (package versions,
-git commit). :func:`load_model` rebuilds a translator from the file alone. Files are written
-atomically and read with ``torch.load(weights_only=True)``, which cannot run code; a config may
-only name ``nmt.*`` classes.
+git commit). :func:`load_model` rebuilds a translator from the file alone.
+
+A checkpoint is data, never code: it is read with ``torch.load(weights_only=True)`` (tensors,
+numbers, strings, bytes and containers only), its config must be plain values (no ``${...}``
+interpolation), and its model is built by :func:`nmt.model.build_model`, which calls only the
+classes of :data:`nmt.model.MODEL_CLASSES`. Nothing a file says is imported, called or written.
+Files are written atomically.
 """
 
 from __future__ import annotations
@@ -15,13 +19,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
-from nmt.errors import CheckpointError
+from nmt.errors import CheckpointError, ConfigError
 from nmt.model import Seq2Seq, build_model
 from nmt.utils import atomic_write_bytes, provenance
 from nmt.vocab import Vocab
@@ -87,8 +90,56 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: checkpoint version {payload.get('version')} is not supported by this nmt "
             f"(which reads version {CHECKPOINT_VERSION})"
         )
+    try:
+        check_payload(payload)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
     upgrade_config(payload["config"])
     return payload
+
+
+def check_payload(payload: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose parts are not what nmt writes: a config of plain values with the
+    ``model``, ``data`` and ``train.search`` sections, two sentencepiece models as bytes, and a
+    state dict of tensors.
+
+    :raise CheckpointError: one line saying which part is wrong.
+    """
+    config = payload.get("config")
+    if not isinstance(config, dict):
+        raise CheckpointError("the checkpoint holds no config; was it written by nmt?")
+    for section in ("model", "data", "train"):
+        if not isinstance(config.get(section), dict):
+            raise CheckpointError(f"the checkpoint's config has no {section} section; was it written by nmt?")
+    if not isinstance(config["train"].get("search"), dict):
+        raise CheckpointError("the checkpoint's config has no train.search section; was it written by nmt?")
+    _check_plain(config, "config")
+    vocab = payload.get("vocab")
+    if not isinstance(vocab, dict) or not all(isinstance(vocab.get(side), bytes) for side in ("src", "tgt")):
+        raise CheckpointError("the checkpoint holds no source and target sentencepiece models")
+    weights = payload.get("model")
+    if not isinstance(weights, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                for k, v in weights.items()):  # fmt: skip
+        raise CheckpointError("the checkpoint's model entry is not a state dict of tensors")
+
+
+def _check_plain(node: Any, where: str) -> None:
+    """Plain config data: mappings with string keys, lists, numbers, strings, booleans, null; and
+    no string that OmegaConf would read as an interpolation (``${...}`` resolves environment
+    variables and other keys when the config is used)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not isinstance(key, str):
+                raise CheckpointError(f"{where}: a key {key!r} that is not a string")
+            _check_plain(value, f"{where}.{key}")
+    elif isinstance(node, list | tuple):
+        for i, value in enumerate(node):
+            _check_plain(value, f"{where}[{i}]")
+    elif isinstance(node, str):
+        if "${" in node:
+            raise CheckpointError(f"{where}={node!r}: an interpolation; a checkpoint's config holds resolved values")
+    elif not isinstance(node, bool | int | float | type(None)):
+        raise CheckpointError(f"{where}: a {type(node).__name__}, not a plain config value")
 
 
 # Data keys added after checkpoints were first written, with the values that reproduce what those
@@ -118,13 +169,14 @@ def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Voca
     :raise CheckpointError: one line for anything that stops the rebuild (e.g. a config written by
         another version of nmt, or weights of another shape).
     """
-    _check_targets(payload["config"].get("model"))  # the config must not name code outside nmt
+    check_payload(payload)
     try:
         config = OmegaConf.create(payload["config"])
         src_vocab, tgt_vocab = Vocab(payload["vocab"]["src"]), Vocab(payload["vocab"]["tgt"])
-        model = build_model(config.model, len(src_vocab), len(tgt_vocab))
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, OmegaConfBaseException,
-            hydra.errors.HydraException) as e:  # fmt: skip
+        model = build_model(payload["config"]["model"], len(src_vocab), len(tgt_vocab))  # only nmt's classes
+    except ConfigError as e:
+        raise CheckpointError(f"the config stored in the checkpoint cannot build a model: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CheckpointError(
             f"cannot rebuild the model from the config stored in the checkpoint ({type(e).__name__}: {first}); "
@@ -137,19 +189,6 @@ def model_from_checkpoint(payload: dict[str, Any]) -> tuple[Seq2Seq, Vocab, Voca
         message = message if len(message) < 400 else message[:400] + " ..."
         raise CheckpointError(f"checkpoint weights do not fit the model its config describes: {message}") from None
     return model.eval(), src_vocab, tgt_vocab, config
-
-
-def _check_targets(node: Any) -> None:
-    """Refuse a config that would make ``hydra.utils.instantiate`` call anything but nmt classes
-    (a checkpoint's config could otherwise name e.g. ``os.system`` and run it when loaded)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "_target_" and not (isinstance(value, str) and value.startswith("nmt.")):
-                raise CheckpointError(f"checkpoint config names _target_={value!r}, which is not an nmt class")
-            _check_targets(value)
-    elif isinstance(node, list):
-        for value in node:
-            _check_targets(value)
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[Seq2Seq, Vocab, Vocab, DictConfig]:

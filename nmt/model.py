@@ -1,17 +1,28 @@
 """The encoder-decoder (``Seq2Seq``: encode, one decoder step, the teacher-forced loss, word
 dropout) and its assembly from the ``model`` config. Checkpoints are :mod:`nmt.checkpoint`'s.
+
+A model config is data, wherever it comes from (a YAML file, the command line, a stranger's
+checkpoint): :func:`build_model` looks each ``_target_`` up in :data:`MODEL_CLASSES` and calls that
+class with the node's plain values. Nothing else is imported or called, and a node that is not a
+number, string, boolean or null (a nested ``_target_``, a list, Hydra's ``_args_``) is refused.
 """
 
 from __future__ import annotations
 
-import hydra
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from nmt import attention as attn
+from nmt import decoder as dec
 from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
+from nmt.errors import ConfigError
 from nmt.loss import output_cross_entropy
 from nmt.tokens import EOS_ID, PAD_ID, UNK_ID
 
@@ -102,30 +113,100 @@ class Seq2Seq(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
-    """Instantiate ``model.encoder``, ``model.attention`` and ``model.decoder`` with the sizes known
-    only at run time (vocabularies, encoder output size) and inject the attention into the decoder.
+# The only classes a model config may name, by role: ``_target_`` -> class.
+MODEL_CLASSES: dict[str, dict[str, type[nn.Module]]] = {
+    "encoder": {"nmt.encoder.RNNEncoder": RNNEncoder},
+    "attention": {
+        f"nmt.attention.{cls.__name__}": cls
+        for cls in (attn.BahdanauAttention, attn.LuongDotAttention, attn.LuongGeneralAttention,
+                    attn.ScaledDotAttention, attn.NoAttention)
+    },  # fmt: skip
+    "decoder": {f"nmt.decoder.{cls.__name__}": cls for cls in (dec.BahdanauDecoder, dec.LuongDecoder)},
+}
+PLAIN = (bool, int, float, str, type(None))
+
+
+def build_component(role: str, node: Mapping[str, Any], **runtime: Any) -> nn.Module:
+    """Call the class that ``node["_target_"]`` names in :data:`MODEL_CLASSES` ``[role]`` with the
+    node's other keys and the ``runtime`` arguments (sizes known only once the data is read).
+
+    :param role: ``encoder``, ``attention`` or ``decoder``; the key ``model.<role>`` in messages.
+    :raise ConfigError: one line naming the key, for an unknown class, a key the class does not take
+        (or one it needs and lacks), a value that is not plain, or a value the constructor refuses.
+    """
+    where = f"model.{role}"
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"{where}: must be a mapping with a _target_, got {type(node).__name__}")
+    target = node.get("_target_")
+    classes = MODEL_CLASSES[role]
+    if not isinstance(target, str) or target not in classes:
+        raise ConfigError(f"{where}._target_={target!r}: not one of nmt's {role} classes ({', '.join(classes)})")
+    cls = classes[target]
+    kwargs = {}
+    for key, value in node.items():
+        if key == "_target_":
+            continue
+        if not isinstance(key, str) or key.startswith("_"):
+            raise ConfigError(f"{where}.{key}: a model config takes no Hydra special keys (only _target_)")
+        if not isinstance(value, PLAIN):
+            raise ConfigError(f"{where}.{key}: must be a number, string, boolean or null, got {type(value).__name__}")
+        kwargs[key] = value
+    accepted = set(inspect.signature(cls).parameters) - set(runtime)
+    unknown, missing = sorted(kwargs.keys() - accepted), sorted(accepted - kwargs.keys())
+    if unknown or missing:
+        problems = ([f"{where}.{k} is not a setting of {target}" for k in unknown]
+                    + [f"{where}.{k} is missing ({target} needs it)" for k in missing])  # fmt: skip
+        raise ConfigError("; ".join(problems))
+    try:
+        return cls(**kwargs, **runtime)
+    except (TypeError, ValueError, RuntimeError) as e:  # e.g. luong_dot with sizes that differ
+        raise ConfigError(f"{where} ({target}): {' '.join(str(e).split())}") from None
+
+
+def build_model(model_cfg: DictConfig | Mapping[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """Build ``model.encoder``, ``model.attention`` and ``model.decoder`` (:func:`build_component`)
+    with the sizes known only at run time (vocabularies, encoder output size) and inject the
+    attention into the decoder.
 
     ``model.share_embeddings`` makes the source embeddings the target embeddings (one tensor; a
     joint vocabulary gives both sides the same ids); with ``model.tie_embeddings`` as well, the output
     layer is that tensor too: three-way tying (Press & Wolf 2017).
+
+    :param model_cfg: the ``model`` node (a DictConfig is resolved first; a dict is used as it is).
+    :raise ConfigError: one line naming the key, for any setting that cannot build a model.
     """
-    encoder = hydra.utils.instantiate(model_cfg.encoder, vocab_size=src_vocab_size, pad_id=PAD_ID)
-    attention = hydra.utils.instantiate(
-        model_cfg.attention, query_dim=model_cfg.decoder.hidden_dim, memory_dim=encoder.output_dim
-    )
-    decoder = hydra.utils.instantiate(
-        model_cfg.decoder,
-        vocab_size=tgt_vocab_size,
-        pad_id=PAD_ID,
-        attention=attention,
+    cfg = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else model_cfg
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"model: must be a mapping, got {type(cfg).__name__}")
+    for key in ("encoder", "attention", "decoder"):
+        if key not in cfg:
+            raise ConfigError(f"model.{key} is missing")
+    flags = {}
+    for key, kind in (("src_word_dropout", float), ("tgt_word_dropout", float), ("share_embeddings", bool)):
+        value = cfg.get(key)
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, int | float):
+            raise ConfigError(f"model.{key}={value!r}: must be {'true or false' if kind is bool else 'a number'}")
+        flags[key] = value
+    encoder = build_component("encoder", cfg["encoder"], vocab_size=src_vocab_size, pad_id=PAD_ID)
+    attention = build_component("attention", cfg["attention"], query_dim=_size(cfg["decoder"], "hidden_dim"),
+                                memory_dim=encoder.output_dim)  # fmt: skip
+    decoder = build_component(
+        "decoder", cfg["decoder"], vocab_size=tgt_vocab_size, pad_id=PAD_ID, attention=attention,
         memory_dim=encoder.output_dim,
-    )
-    if model_cfg.share_embeddings:
+    )  # fmt: skip
+    if flags["share_embeddings"]:
         if src_vocab_size != tgt_vocab_size or encoder.embedding.weight.shape != decoder.embedding.weight.shape:
-            raise ValueError(
+            raise ConfigError(
                 f"model.share_embeddings needs one joint vocabulary (data.vocab.joint=true) and equal embedding sizes; "
                 f"got source {tuple(encoder.embedding.weight.shape)} and target {tuple(decoder.embedding.weight.shape)}"
             )
         encoder.embedding.weight = decoder.embedding.weight
-    return Seq2Seq(encoder, decoder, model_cfg.src_word_dropout, model_cfg.tgt_word_dropout)
+    return Seq2Seq(encoder, decoder, float(flags["src_word_dropout"]), float(flags["tgt_word_dropout"]))
+
+
+def _size(node: Any, key: str) -> int:
+    """A positive integer setting of a model node, read before its class is built."""
+    value = node.get(key) if isinstance(node, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"model.decoder.{key}={value!r}: must be an integer >= 1")
+    return value

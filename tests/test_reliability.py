@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import hydra
 import pytest
 import torch
 from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_lines
@@ -487,16 +488,26 @@ def test_unset_data_file_is_named(tmp_path: Path) -> None:
         _train_in_process(["data=files"], tmp_path / "run")
 
 
-def test_instantiation_error_is_one_line() -> None:
-    """What ``python -m nmt.train`` prints for a constructor's refusal that Hydra wraps."""
+def test_a_constructors_refusal_is_one_line_naming_the_key() -> None:
+    """What ``python -m nmt.train`` prints when a model class refuses its settings."""
     cfg = _compose(["model/attention=luong_dot", "model.decoder.hidden_dim=20"])
-    with pytest.raises(InstantiationException) as info:
+    with pytest.raises(ConfigError) as info:
         build_model(cfg.model, 10, 10)
-    assert "\n" in str(info.value)
-    assert instantiation_message(info.value) == (
+    assert str(info.value) == (
         "model.attention (nmt.attention.LuongDotAttention): luong_dot attention needs the decoder hidden size (20) "
         "to equal the encoder output size (512); use model/attention=luong_general or scaled_dot instead"
     )
+
+
+
+def test_hydras_instantiation_error_is_one_line() -> None:
+    """What ``python -m nmt.train`` prints for an optimizer that Hydra cannot build."""
+    cfg = _compose(["train.optimizer._target_=torch.optim.NoSuchOptimizer"])
+    with pytest.raises(InstantiationException) as info:
+        hydra.utils.instantiate(cfg.train.optimizer)
+    assert "\n" in str(info.value)
+    message = instantiation_message(info.value)
+    assert "\n" not in message and "NoSuchOptimizer" in message
 
 
 # --------------------------------------------------------------------------- bad data

@@ -175,12 +175,14 @@ BAD_CHECKPOINTS = {
         "do not fit",
     ),
     "incomplete_config": (
-        lambda path, run: torch.save({**_payload(run), "config": {"model": {"dropout": 0.1}}}, path),
-        "cannot rebuild the model",
+        lambda path, run: torch.save({**_payload(run), "config": {**_payload(run)["config"], "model": {"dropout": 0.1}}},
+                                     path),
+        "cannot build a model: model.encoder is missing",
     ),
     "foreign_code_in_config": (  # instantiating it would call os.system: refused before
-        lambda path, run: torch.save({**_payload(run), "config": {"model": {"encoder": SYSTEM}}}, path),
-        "_target_='os.system', which is not an nmt class",
+        lambda path, run: torch.save({**_payload(run), "config": {**_payload(run)["config"], "model": {
+            **_payload(run)["config"]["model"], "encoder": SYSTEM}}}, path),
+        "model.encoder._target_='os.system': not one of nmt's encoder classes",
     ),
 }
 
