@@ -58,8 +58,8 @@ def check_search(cfg: DictConfig, prefix: str) -> None:
 # shapes the model, the subwords, the data and its order, or the optimizer and schedule whose state
 # comes from the checkpoint: a change there is refused rather than silently ignored.
 RESUMABLE_TRAIN = ("max_epochs", "max_steps", "patience", "eval_every", "log_every", "keep_checkpoints", "threads",
-                   "device", "decode_batch_size", "num_heatmaps", "val_beam_size", "search", "resume", "max_bad_steps",
-                   "clip_norm", "label_smoothing", "amp", "dist_backend", "ema")  # fmt: skip
+                   "device", "decode_batch_size", "num_heatmaps", "val_beam_size", "search", "resume", "overwrite",
+                   "max_bad_steps", "clip_norm", "label_smoothing", "amp", "dist_backend", "ema")  # fmt: skip
 RESUMABLE_DATA = ("dir", "cache_dir", "test_splits", "num_proc", "hf_cache_dir")
 
 
@@ -205,6 +205,7 @@ def _check_train(cfg: DictConfig) -> None:
         check_int(cfg, f"train.{name}", low)
     check_number(cfg, "train.ema", lambda v: v == 0 or 0 < v < 1, "0 (off) or a decay in (0, 1), e.g. 0.9995")
     check_choice(cfg, "train.amp", ("none", "bf16"))
+    check_choice(cfg, "train.overwrite", (True, False))
     check_choice(cfg, "train.dist_backend", ("auto", "gloo", "nccl"))
     device = value(cfg, "train.device")
     if device != "auto":

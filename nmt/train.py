@@ -1,16 +1,26 @@
 """Training: ``python -m nmt.train`` (Hydra entry point) and :func:`train`, which reads top to
-bottom: open the run folder, build the :class:`~nmt.trainer.Trainer`, then for every update train,
-validate when due, and stop on a signal; finally score the test splits.
+bottom: check the config and the run folder, build the :class:`~nmt.trainer.Trainer` (data, model,
+optimizer), open the run folder, then for every update train, validate when due, and stop on a
+signal; finally score the test splits.
 
 A run folder holds ``config.yaml``, ``.hydra/``, ``train.log``, ``checkpoints/{best,last}.pt``,
-``tensorboard/``, ``hypotheses/`` and ``results.json``.
+``tensorboard/``, ``hypotheses/`` and ``results.json``. Nothing is written into it until the
+config, the data and a resumed checkpoint are accepted, so a refused or failed start leaves an
+existing folder as it was and removes the folder it was given if that was made for it. A folder
+that holds a run (checkpoints or results) is never trained into by accident: only
+``train.resume=auto`` continues it and only ``train.overwrite=true`` starts it over.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import logging.handlers
 import math
+import os
+import shutil
 import signal
+import time
 from pathlib import Path
 
 import hydra
@@ -21,11 +31,38 @@ from nmt import distributed
 from nmt.checkpoint import load_checkpoint
 from nmt.config import resume_changes, validate_config
 from nmt.distributed import Dist
-from nmt.errors import command_errors
-from nmt.trainer import Trainer
+from nmt.errors import ConfigError, command_errors
+from nmt.trainer import Progress, Trainer, stop_reason
 from nmt.utils import CONFIG_DIR, RUN_LOG_FORMAT, atomic_write_text, seed_everything, set_threads, setup_logging
 
 log = logging.getLogger("nmt.train")
+
+STARTED = time.time()  # folders made after this (by Hydra, for this command) are this command's own
+_CLAIMED: dict[str, str] = {}
+
+
+def claim_folder(base: str) -> str:
+    """A run folder of its own for this process: ``base`` or, when another command holds it (two
+    runs started in the same second), ``base-1``, ``base-2``... It is made here, with a ``mkdir``
+    that fails if the folder exists, so no two commands get the same one; the same ``base``
+    always gives this process the same folder. Behind the default ``hydra.run.dir``
+    (``${nmt.new_folder:outputs/DATE/TIME}``)."""
+    if base not in _CLAIMED:
+        Path(base).parent.mkdir(parents=True, exist_ok=True)
+        for n in range(10_000):
+            folder = base if n == 0 else f"{base}-{n}"
+            try:
+                os.mkdir(folder)
+            except FileExistsError:
+                continue
+            _CLAIMED[base] = folder
+            break
+        else:
+            raise ConfigError(f"{base}: 10000 run folders of this name exist; give hydra.run.dir=...")
+    return _CLAIMED[base]
+
+
+OmegaConf.register_new_resolver("nmt.new_folder", claim_folder, replace=True)
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
@@ -35,15 +72,30 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     logs, validates and writes files, and it tells the others when to stop.
 
     :return: the final metrics (best validation BLEU, test BLEU/chrF per test split...).
+    :raise ConfigError: the config is invalid, or ``run_dir`` holds a run and neither
+        ``train.resume`` nor ``train.overwrite`` says what to do with it; nothing is written.
     """
-    validate_config(cfg)  # before anything is read or written
     run_dir = Path(run_dir)
-    resume = _check_resume(cfg, run_dir)  # may refuse the command: still nothing written
-    job = distributed.setup(cfg.train.device, cfg.train.dist_backend)
-    open_run(cfg, run_dir, job, resume)
-    seed_everything(cfg.train.seed + job.rank)  # different dropout masks on each rank
-    set_threads(cfg.train.threads)
-    trainer = Trainer(cfg, run_dir, job, resume[:2] if resume else None)
+    made = new_folders(run_dir)  # removed again if the start is refused or fails
+    early = _LogBuffer()  # what is logged before train.log exists goes into it once it does
+    try:
+        validate_config(cfg)  # before anything is read or written
+        job = distributed.setup(cfg.train.device, cfg.train.dist_backend)
+        run_dir = _same_folder_on_every_rank(run_dir, made, job)
+        resume = check_run_folder(cfg, run_dir)  # may refuse the command: still nothing written
+        if resume is not None and resume.finished and (run_dir / "results.json").is_file():
+            return _already_finished(run_dir, resume)
+        seed_everything(cfg.train.seed + job.rank)  # different dropout masks on each rank
+        set_threads(cfg.train.threads)
+        trainer = Trainer(cfg, run_dir, job, (resume.path, resume.payload) if resume else None)
+    except BaseException:
+        early.close()
+        remove_new_folders(made)
+        raise
+    if cfg.train.overwrite and job.is_main:
+        clear_run(run_dir)
+    open_run(cfg, run_dir, job, resume, early)
+    trainer.open()
     del resume  # the checkpoint's tensors are in the model and optimizer now
     stop = _StopRequest()
     try:
@@ -62,24 +114,150 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     return trainer.finish()
 
 
-# --------------------------------------------------------------------------- opening the run folder
+# --------------------------------------------------------------------------- the run folder
+
+# What a run leaves in its folder that another run must not mix with or replace.
+RUN_OUTPUTS = ("checkpoints", "results.json", "hypotheses")
+# Everything a run writes, deleted by train.overwrite=true.
+RUN_FILES = ("checkpoints", "hypotheses", "tensorboard", ".hydra", "results.json", "train.log", "config.yaml")
 
 
-def _check_resume(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict, list[str]] | None:
-    """The checkpoint to resume, its payload and the config changes it accepts; None for a new run.
+def run_outputs(run_dir: Path) -> list[str]:
+    """The checkpoints and results ``run_dir`` holds, as paths relative to it (empty: no run there)."""
+    found = [str(path.relative_to(run_dir)) for path in sorted((run_dir / "checkpoints").glob("*.pt"))]
+    if (run_dir / "results.json").exists():
+        found.append("results.json")
+    found += [str(path.relative_to(run_dir)) for path in sorted((run_dir / "hypotheses").glob("*.txt"))]
+    return found
 
-    :raise ConfigError: the command changes what the checkpoint fixes (see :func:`nmt.config.resume_changes`).
+
+class Resume:
+    """A checkpoint to continue from: its path, loaded payload, the config changes it accepts,
+    and whether its run had already met its budget under the new config."""
+
+    def __init__(self, path: Path, payload: dict, changes: list[str], finished: str | None) -> None:
+        self.path, self.payload, self.changes, self.finished = path, payload, changes, finished
+
+
+def check_run_folder(cfg: DictConfig, run_dir: Path) -> Resume | None:
+    """Decide what the command does with ``run_dir``: continue a checkpoint (a :class:`Resume`),
+    or start a new run (None) in a folder that holds none, or that ``train.overwrite`` frees.
+
+    :raise ConfigError: the folder holds a run and the command neither resumes nor overwrites it;
+        the command resumes a checkpoint of another folder into it; or the command changes what
+        the checkpoint fixes (see :func:`nmt.config.resume_changes`).
     """
-    path = _resume_path(cfg.train.resume, run_dir)
+    tcfg = cfg.train
+    path = _resume_path(tcfg.resume, run_dir)
+    if tcfg.overwrite and tcfg.resume not in (None, "", "none"):
+        raise ConfigError("train.overwrite=true starts the run over; it cannot be combined with train.resume: drop one")
+    found = run_outputs(run_dir)
+    own_checkpoint = path is not None and path.resolve().parent == (run_dir / "checkpoints").resolve()
+    if found and not tcfg.overwrite and not own_checkpoint:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        ways = ("continue it with train.resume=auto" if (run_dir / "checkpoints" / "last.pt").is_file()
+                else "it has no checkpoints/last.pt to continue")  # fmt: skip
+        what = f"resuming {path} into it would mix two runs" if path is not None else "it would be replaced"
+        raise ConfigError(
+            f"{run_dir} holds a run ({shown}); {what}: {ways}, start it over with train.overwrite=true "
+            "(deletes its checkpoints, logs and results), or train into another folder (hydra.run.dir=...)"
+        )
     if path is None:
         return None
     payload = load_checkpoint(path)  # read, on the CPU
-    return path, payload, resume_changes(payload["config"], cfg, path)
+    changes = resume_changes(payload["config"], cfg, path)
+    state = payload["train_state"]
+    finished = stop_reason(Progress(**state["progress"]), tcfg) if isinstance(state, dict) else None
+    return Resume(path, payload, changes, finished)
 
 
-def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: tuple[Path, dict, list[str]] | None) -> None:
+def _already_finished(run_dir: Path, resume: Resume) -> dict:
+    """A resumed run that had met its budget: say so and change nothing."""
+    progress = resume.payload["train_state"]["progress"]
+    log.info("%s: this run is finished (%s at update %d); nothing to do. To train it further, raise train.max_epochs, "
+             "train.max_steps or train.patience", run_dir, resume.finished, progress["step"])  # fmt: skip
+    return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+
+
+def new_folders(run_dir: Path) -> list[Path]:
+    """``run_dir`` and those of its parents that were made for this command (empty, and created
+    after it started: Hydra makes the run folder before :func:`train` runs), innermost first."""
+    made = []
+    for folder in [run_dir, *run_dir.parents]:
+        try:
+            empty = folder.is_dir() and not any(folder.iterdir())
+            if not (empty or made and [p.name for p in folder.iterdir()] == [made[-1].name]):
+                break
+            if folder.stat().st_ctime < STARTED:
+                break
+        except OSError:
+            break
+        made.append(folder)
+    return made
+
+
+def remove_new_folders(made: list[Path]) -> None:
+    """Remove the folders :func:`new_folders` found, if they are still empty (innermost first)."""
+    for folder in made:
+        try:
+            folder.rmdir()  # fails, and stops here, on a folder that is no longer empty
+        except OSError:
+            break
+
+
+def _same_folder_on_every_rank(run_dir: Path, made: list[Path], job: Dist) -> Path:
+    """Under ``torchrun`` every process composes its own default folder name: all use rank 0's,
+    and the others remove the folder Hydra made for them."""
+    chosen = Path(job.broadcast(str(run_dir)))
+    if chosen != run_dir:
+        remove_new_folders(made)
+    return chosen
+
+
+def clear_run(run_dir: Path) -> None:
+    """``train.overwrite=true``: delete what an earlier run wrote into ``run_dir`` (only nmt's files)."""
+    removed = []
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    if removed:
+        log.info("train.overwrite=true: deleted the earlier run's %s in %s", ", ".join(removed), run_dir)
+
+
+class _LogBuffer(logging.handlers.MemoryHandler):
+    """Holds the records logged before ``train.log`` exists (data preparation, the model line), so
+    that the run's log starts at the command's start; :func:`open_run` hands them over."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=1_000_000, flushLevel=logging.CRITICAL + 1)
+        root = logging.getLogger()
+        root.addHandler(self)
+        if root.getEffectiveLevel() > logging.INFO:  # the level train.log is written at (setup_logging's)
+            root.setLevel(logging.INFO)
+
+    def shouldFlush(self, record: logging.LogRecord) -> bool:  # noqa: N802 (logging's name)
+        return False  # only when the target is set
+
+    def hand_over(self, target: logging.Handler) -> None:
+        self.setTarget(target)
+        self.flush()
+        self.close()
+
+    def close(self) -> None:
+        logging.getLogger().removeHandler(self)
+        super().close()
+
+
+def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, early: _LogBuffer) -> None:
     """Rank 0: the folders, ``train.log``, ``config.yaml`` and ``.hydra/``; other ranks log warnings only."""
     if not job.is_main:  # warnings still reach the console; train.log is rank 0's
+        early.close()
         root = logging.getLogger()
         root.setLevel(logging.WARNING)
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
@@ -88,8 +266,11 @@ def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: tuple[Path, dict
         return
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir / "train.log", RUN_LOG_FORMAT)
+    log_file = next(h for h in logging.getLogger().handlers if getattr(h, "baseFilename", None)
+                    == str((run_dir / "train.log").resolve()))  # fmt: skip
+    early.hand_over(log_file)
     _remove_temporary_files(run_dir)
-    _write_run_config(run_dir, cfg, resume[0] if resume else None, resume[2] if resume else [])
+    _write_run_config(run_dir, cfg, resume.path if resume else None, resume.changes if resume else [])
     if cfg.train.resume == "auto" and resume is None:
         log.info("train.resume=auto: no checkpoint at %s, so this is a new run", run_dir / "checkpoints" / "last.pt")
 

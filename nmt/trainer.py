@@ -56,6 +56,17 @@ class Progress:
     skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient, in all
 
 
+def stop_reason(progress: Progress, tcfg: DictConfig) -> str | None:
+    """Why a run at ``progress`` has met the budget of ``tcfg`` (``train``), or None if it has not."""
+    if tcfg.max_steps and progress.step >= tcfg.max_steps:
+        return "max_steps reached"
+    if progress.epoch >= tcfg.max_epochs:
+        return "max_epochs reached"
+    if tcfg.patience and progress.stale_validations >= tcfg.patience:
+        return f"early stopping: no better validation BLEU in {tcfg.patience} validations"
+    return None
+
+
 @dataclass
 class UpdateStats:
     """What one update measured: smoothed loss and NLL per target token (this rank), its target
@@ -207,17 +218,22 @@ class Trainer:
         log.info("model: %s parameters on %s x %d process(es); %s; effective batch %d x %d x %d tokens",
                  f"{self.model.num_parameters():,}", job.device, job.world_size, _describe(cfg.model),
                  cfg.data.max_tokens, job.world_size, self.tcfg.accum_steps)  # fmt: skip
-        step = self.progress.step or None
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=step) if job.is_main else None
-        self.done, self.reason, self.end_of_epoch = False, "max_epochs reached", False
+        self.writer: SummaryWriter | None = None  # made by open(), once the run folder is opened
+        self.reason = stop_reason(self.progress, self.tcfg)
+        self.done, self.end_of_epoch = self.reason is not None, False
         self.groups: list[list[np.ndarray]] = []
         self.bar: tqdm | None = None
         self.rate = TokenRate()
 
+    def open(self) -> None:
+        """Start writing TensorBoard events (rank 0), once :func:`nmt.train.open_run` accepted the folder."""
+        if self.job.is_main:
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.progress.step or None)
+
     # ----------------------------------------------------------------- the loop's steps
 
     def finished(self) -> bool:
-        return self.done or self.progress.epoch >= self.tcfg.max_epochs
+        return self.done
 
     def start_epoch(self) -> list[list[np.ndarray]]:
         """This rank's batches of the current epoch not yet trained on, grouped by update."""
@@ -251,8 +267,12 @@ class Trainer:
         self.end_of_epoch = p.update_in_epoch == len(self.groups)
         if self.end_of_epoch:
             p.epoch, p.update_in_epoch = p.epoch + 1, 0
-        if self.tcfg.max_steps and p.step >= self.tcfg.max_steps:
-            self.done, self.reason = True, "max_steps reached"
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        """Done once the budget is met: the update that meets it is then validated and saved."""
+        self.reason = stop_reason(self.progress, self.tcfg)
+        self.done = self.reason is not None
 
     def _count(self, stats: UpdateStats) -> None:
         """A good update: the schedule steps, the average follows."""
@@ -311,8 +331,7 @@ class Trainer:
                 if improved:
                     self._checkpoint("best.pt", train_state=state)
                 self._keep_periodic()
-        if self.tcfg.patience and p.stale_validations >= self.tcfg.patience:
-            self.done, self.reason = True, f"early stopping: no better validation BLEU in {self.tcfg.patience} validations"
+        self._check_budget()
         self.rate.resume()
 
     def save_for_resume(self, signum: int) -> dict[str, float]:
@@ -434,9 +453,30 @@ def _train_state(progress: Progress, optimizer, scheduler, job: Dist, trained: S
         "progress": asdict(progress),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "torch_rng": job.gather(torch.get_rng_state()),  # one per rank
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        **random_state(job),
     }
+
+
+def random_state(job: Dist) -> dict:
+    """Every rank's random-number state, gathered (a collective under DDP): the CPU generator's,
+    and the generator of the GPU the rank trains on (None on the CPU). Each rank's own, so that
+    after a resume every rank continues its own dropout stream."""
+    cuda = torch.cuda.get_rng_state(job.device) if job.device.type == "cuda" else None
+    return {"torch_rng": job.gather(torch.get_rng_state()), "cuda_rng_by_rank": job.gather(cuda)}
+
+
+def restore_random_state(state: dict, job: Dist) -> None:
+    """Set this rank's generators to the states :func:`random_state` saved for its rank.
+
+    Checkpoints written before the states were gathered per rank hold ``cuda_rng``: rank 0's
+    states of every visible GPU, right for one process only, which is the only case restored."""
+    torch.set_rng_state(state["torch_rng"][job.rank].cpu())
+    by_rank = state.get("cuda_rng_by_rank")
+    if by_rank is not None:
+        if by_rank[job.rank] is not None and job.device.type == "cuda":
+            torch.cuda.set_rng_state(by_rank[job.rank].cpu(), job.device)
+    elif state.get("cuda_rng") is not None and job.world_size == 1 and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
 
 
 def _restore(
@@ -455,9 +495,7 @@ def _restore(
     scheduler.load_state_dict(state["scheduler"])
     progress = Progress(**state["progress"])
     if progress.world_size == job.world_size:
-        torch.set_rng_state(state["torch_rng"][job.rank].cpu())
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        restore_random_state(state, job)
     else:  # other shards: continue at the same fraction of the epoch, with fresh dropout masks
         progress.update_in_epoch = progress.update_in_epoch * progress.world_size // job.world_size
         torch.manual_seed(progress.step * 1000 + job.rank)

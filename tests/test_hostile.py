@@ -6,16 +6,23 @@ is fine, the right result), and leaves everything it did not mean to touch as it
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import CONFIG_DIR, ToyCorpus, make_toy_corpus
+from hydra import compose, initialize_config_dir
 
 from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint
 from nmt.errors import CheckpointError
+from nmt.train import claim_folder, train
+from nmt.trainer import random_state, restore_random_state
 from nmt.translator import Translator
 
 CPU = torch.device("cpu")
@@ -154,3 +161,216 @@ def test_a_checkpoint_missing_a_part_is_one_line(kind: str, smoke_run, tmp_path:
     _one_line_refusal(_run("nmt.evaluate", [f"ckpt={path}", f"src={src}", f"ref={src}", f"out_dir={tmp_path / 'e'}"],
                            tmp_path), message)  # fmt: skip
     assert sorted(os.listdir(tmp_path)) == ["odd.pt", "src.txt"]  # no output, no eval folder
+
+
+# --------------------------------------------------------------------------- a run folder is never overwritten by accident
+
+TINY = [
+    "experiment=smoke", "data.vocab.joint=false", "data.vocab.size=40", "data.max_tokens=200", "model.emb_dim=16",
+    "model.encoder.hidden_dim=16", "model.decoder.hidden_dim=32", "train.log_every=1", "train.threads=1",
+    "train.num_heatmaps=0", "train.device=cpu", "train.keep_checkpoints=2",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> ToyCorpus:
+    return make_toy_corpus(tmp_path_factory.mktemp("corpus"), train_size=120, valid_size=10, test_size=10)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _tiny(corpus: ToyCorpus, cache: Path, *extra: str) -> list[str]:
+    return [*TINY, *corpus.overrides(), f"data.cache_dir={cache}", *extra]
+
+
+def _train_in_process(overrides: list[str], run: Path) -> dict:
+    root = logging.getLogger()
+    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=overrides)
+        return train(cfg, run)
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder``: its bytes and mode (a change to either, or a new file, shows)."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mode) for p in sorted(folder.rglob("*"))
+            if p.is_file()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def finished_run(corpus: ToyCorpus, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run: 6 updates (one epoch is 7), validated every 2, so the end is a validation."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    _train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2"), run)
+    return run
+
+
+def _train_cli(overrides: list[str], run: Path | None, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    where = [f"hydra.run.dir={run}"] if run is not None else []
+    return _run("nmt.train", [*overrides, *where], cwd, timeout=timeout)
+
+
+def test_training_into_a_finished_run_is_refused_and_changes_nothing(finished_run: Path, corpus, cache, tmp_path) -> None:
+    """The issue's probe: a new run (another seed) into a finished run's folder replaced its best.pt
+    and results.json and appended to its train.log."""
+    before = _snapshot(finished_run)
+    proc = _train_cli(_tiny(corpus, cache, "train.max_steps=2", "train.seed=5"), finished_run, tmp_path)
+    _one_line_refusal(proc, f"{finished_run} holds a run", "train.resume=auto", "train.overwrite=true")
+    assert _snapshot(finished_run) == before
+    # resuming another run's checkpoint into it would mix two runs: refused too
+    other = tmp_path / "other.pt"
+    other.write_bytes((finished_run / "checkpoints" / "last.pt").read_bytes())
+    proc = _train_cli(_tiny(corpus, cache, "train.max_steps=8", f"train.resume={other}"), finished_run, tmp_path)
+    _one_line_refusal(proc, "would mix two runs")
+    assert _snapshot(finished_run) == before
+
+
+def test_a_failed_start_leaves_an_existing_folder_as_it_was_and_no_new_folder(corpus, cache, tmp_path: Path) -> None:
+    """Mismatched files fail with the line-count error after the folder checks: an existing
+    folder keeps its bytes (no config.yaml, .hydra/ or train.log), a new one is not left behind."""
+    short = tmp_path / "short.tgt"
+    short.write_text("".join(f"w{i}\n" for i in range(5)), encoding="utf-8")
+    bad = _tiny(corpus, cache, f"data.train_tgt={short}")
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("my notes\n", encoding="utf-8")
+    before = _snapshot(existing)
+    _one_line_refusal(_train_cli(bad, existing, tmp_path), "has 120 lines", str(short))
+    assert _snapshot(existing) == before and sorted(p.name for p in existing.iterdir()) == ["notes.txt"]
+    new = tmp_path / "runs" / "new"
+    _one_line_refusal(_train_cli(bad, new, tmp_path), str(short))
+    assert not (tmp_path / "runs").exists()
+    _one_line_refusal(_train_cli(bad, None, tmp_path), str(short))  # the default folder
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_overwrite_starts_the_run_over(finished_run: Path, corpus, cache, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    (run / "notes.txt").write_text("kept\n", encoding="utf-8")
+    old_log = (run / "train.log").read_text()
+    _train_in_process(_tiny(corpus, cache, "train.max_steps=4", "train.eval_every=2", "train.overwrite=true"), run)
+    assert (run / "notes.txt").read_text() == "kept\n"  # not one of nmt's files
+    assert sorted(p.name for p in (run / "checkpoints").glob("step*.pt")) == ["step00000002.pt", "step00000004.pt"]
+    assert json.loads((run / "results.json").read_text())["steps"] == 4.0
+    assert old_log.splitlines()[0] not in (run / "train.log").read_text()
+    assert "deleted the earlier run's" in (run / "train.log").read_text()
+
+
+def test_overwrite_and_resume_together_are_refused(finished_run: Path, corpus, cache, tmp_path: Path) -> None:
+    proc = _train_cli(_tiny(corpus, cache, "train.overwrite=true", "train.resume=auto"), finished_run, tmp_path)
+    _one_line_refusal(proc, "cannot be combined with train.resume")
+
+
+def test_runs_started_together_get_folders_of_their_own(corpus, cache, tmp_path: Path) -> None:
+    """Two commands whose default folder name is the same (as for two runs started in the same
+    second) each claim one: ``outputs/same`` and ``outputs/same-1``, each with its own results."""
+    overrides = _tiny(corpus, cache, "train.max_steps=2", "hydra.run.dir=${nmt.new_folder:outputs/same}")
+    procs = [subprocess.Popen([sys.executable, "-m", "nmt.train", *overrides, f"train.seed={seed}"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for seed in (1, 2)]  # fmt: skip
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    folders = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    assert folders == ["same", "same-1"]
+    seeds = {json.loads((tmp_path / "outputs" / f / "config.yaml").read_text().split("seed: ")[1].split()[0])
+             for f in folders}  # fmt: skip
+    assert seeds == {1, 2}
+    for folder in folders:
+        log_text = (tmp_path / "outputs" / folder / "train.log").read_text()
+        assert log_text.count("training stopped after") == 1 and (tmp_path / "outputs" / folder / "results.json").is_file()
+
+
+def test_claim_folder_never_gives_a_taken_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = str(tmp_path / "outputs" / "12-00-00")
+    monkeypatch.setattr("nmt.train._CLAIMED", {})
+    first = claim_folder(base)
+    assert claim_folder(base) == first == base  # one process: always the same folder
+    monkeypatch.setattr("nmt.train._CLAIMED", {})  # another process
+    assert claim_folder(base) == base + "-1" and Path(base + "-1").is_dir()
+
+
+# --------------------------------------------------------------------------- training ends right
+
+
+def test_the_last_update_is_validated_and_saved_whatever_eval_every(corpus, cache, tmp_path: Path) -> None:
+    """eval_every larger than the run: before, no checkpoint was ever written."""
+    run = tmp_path / "run"
+    results = _train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=1000"), run)
+    last = load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]
+    assert last["epoch"] == 1 and last["update_in_epoch"] == 0 and last["step"] == results["steps"] > 0
+    assert (run / "checkpoints" / "best.pt").is_file()
+    assert f"validation at update {last['step']}:" in (run / "train.log").read_text()
+    # eval_every that does not divide the run's updates: the remainder is validated too
+    run = tmp_path / "run3"
+    results = _train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=3"), run)
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == results["steps"]
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run: Path, corpus, cache, tmp_path) -> None:
+    before = _snapshot(finished_run)
+    proc = _train_cli(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2", "train.resume=auto"),
+                      finished_run, tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "this run is finished (max_steps reached at update 6); nothing to do" in proc.stderr.decode()
+    assert _snapshot(finished_run) == before
+
+
+def test_a_finished_run_resumes_when_its_budget_is_raised(finished_run: Path, corpus, cache, tmp_path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    results = _train_in_process(_tiny(corpus, cache, "train.max_steps=8", "train.eval_every=2", "train.resume=auto"),
+                                run)  # fmt: skip
+    assert results["steps"] == 8.0 and "resumed from" in (run / "train.log").read_text()
+
+
+def test_a_finished_run_killed_before_its_results_only_scores_the_test_set(finished_run, corpus, cache, tmp_path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    (run / "results.json").unlink()
+    checkpoints = _snapshot(run / "checkpoints")
+    results = _train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2", "train.resume=auto"),
+                                run)  # fmt: skip
+    assert results["steps"] == 6.0 and (run / "results.json").is_file()
+    assert _snapshot(run / "checkpoints") == checkpoints  # no update trained, nothing saved
+
+
+class _FakeJob:
+    """A rank of a two-process job whose collectives return what the other rank would give."""
+
+    def __init__(self, rank: int, device: torch.device, others: dict) -> None:
+        self.rank, self.world_size, self.device, self.others = rank, 2, device, others
+
+    def gather(self, obj) -> list:
+        return [obj, self.others[obj_kind(obj)]] if self.rank == 0 else [self.others[obj_kind(obj)], obj]
+
+
+def obj_kind(obj) -> str:
+    return "cuda" if obj is None or obj.numel() == 16 else "cpu"
+
+
+def test_each_rank_saves_and_restores_its_own_cuda_random_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, rank 0's GPU states were saved and every rank restored them: ranks >= 1 restarted
+    their dropout streams, all alike. Checked on the CPU with a stand-in for torch.cuda."""
+    gpu_state = {0: torch.full((16,), 10, dtype=torch.uint8), 1: torch.full((16,), 11, dtype=torch.uint8)}
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: gpu_state[device.index].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.__setitem__(device.index, state))
+    cpu1 = torch.get_rng_state()
+    saved = random_state(_FakeJob(0, torch.device("cuda", 0), {"cuda": gpu_state[1], "cpu": cpu1}))
+    assert [s[0].item() for s in saved["cuda_rng_by_rank"]] == [10, 11]
+    for rank in (0, 1):
+        restore_random_state(saved, _FakeJob(rank, torch.device("cuda", rank), {}))
+    assert restored[0][0].item() == 10 and restored[1][0].item() == 11
+    cpu = random_state(_FakeJob(0, torch.device("cpu"), {"cuda": None, "cpu": cpu1}))
+    assert cpu["cuda_rng_by_rank"] == [None, None]

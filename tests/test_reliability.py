@@ -454,8 +454,7 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
         ("model.decoder.init_state=random", "model.decoder (nmt.decoder.BahdanauDecoder): model.decoder.init_state="),
         ("model/attention=luong_dot model/encoder=gru", "model.attention (nmt.attention.LuongDotAttention): luong_dot "
          "attention needs the decoder hidden size (32) to equal the encoder output size (16)"),
-        ("+model.encoder.hiden_dim=3", "model.encoder (nmt.encoder.RNNEncoder): RNNEncoder.__init__() got an unexpected "
-                                       "keyword argument 'hiden_dim'"),
+        ("+model.encoder.hiden_dim=3", "model.encoder.hiden_dim is not a setting of nmt.encoder.RNNEncoder"),
     ],
 )  # fmt: skip
 def test_invalid_value_fails_before_training(override: str, message: str, corpus, cache, tmp_path: Path) -> None:
