@@ -43,7 +43,7 @@ def explorer(smoke_run: SmokeRun, tmp_path_factory: pytest.TempPathFactory) -> E
 @pytest.fixture(scope="module")
 def server(explorer: Explorer) -> Iterator[str]:
     """The explorer served on a free loopback port; yields its base URL."""
-    httpd = make_server(explorer, "127.0.0.1", 0)
+    httpd = make_server(explorer, "127.0.0.1", 0, max_connections=64)  # room for the 50 requests at once below
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -109,6 +109,9 @@ def test_defaults_come_from_each_checkpoint(explorer: Explorer, smoke_run: Smoke
         ({"text": "ab", "beam_size": 9}, "beam_size=9: must be a whole number from 1 to 8"),
         ({"text": "ab", "beam_size": "5"}, "beam_size='5': must be a whole number"),
         ({"text": "ab", "beam_size": 2, "n_best": 3}, "n_best=3: must be a whole number from 1 to 2"),
+        ({"text": "ab", "n_best": 8}, "n_best=8 must be <= beam_size, which is 5 for attention"),
+        ({"text": "a\ud800b"}, "the text is not valid Unicode: character 2 is a lone surrogate (U+D800)"),
+        ({"text": "ab", "beam_size": 10**5000}, "beam_size=<int too long to show>: must be a whole number"),
         ({"text": 42}, "text must be a string"),
         ({"txt": "ab"}, "unknown field(s) txt"),
         (["ab"], "send a JSON object"),
@@ -145,6 +148,24 @@ def test_http_errors_are_messages_and_the_server_keeps_serving(server: str, smok
     assert missing.value.code == 404
     status, answer = _translate(server, text=smoke_run.test_src[2], beam_size=2)
     assert status == 200 and answer["results"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"text": "x", "n_best": 8}', "n_best=8 must be <= beam_size"),
+        (b'{"text": "\\ud800"}', "the text is not valid Unicode"),
+        (b"[" * 30_000 + b"]" * 30_000, "the JSON is nested too deeply"),
+        (b'{"text": "x", "beam_size": ' + b"9" * 5000 + b"}", "the JSON has a number too long to read"),
+    ],
+    ids=["n_best-over-default-beam", "lone-surrogate", "nested-30000-deep", "5000-digit-number"],
+)
+def test_requests_that_broke_the_server_get_a_400(server: str, body: bytes, message: str) -> None:
+    status, answer = _post(server, body)
+    assert (status, answer["error"][: len(message)]) == (400, message)
+    assert "\n" not in answer["error"]
+    status, answer = _translate(server, text="ab")
+    assert status == 200, "the server keeps serving"
 
 
 def test_fifty_concurrent_requests_all_answered_correctly(server: str, explorer: Explorer, smoke_run: SmokeRun) -> None:
