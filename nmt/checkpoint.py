@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from torch import nn
 
 from nmt.errors import CheckpointError, ConfigError
 from nmt.model import Seq2Seq, build_model
+from nmt.outputs import check_output, write_output
 from nmt.utils import atomic_write_bytes, provenance
 from nmt.vocab import Vocab
 
@@ -33,22 +35,17 @@ CHECKPOINT_FORMAT = "nmt-checkpoint"
 CHECKPOINT_VERSION = 1
 
 
-def save_checkpoint(
-    path: str | Path,
+def checkpoint_bytes(
     model: nn.Module,
     config: DictConfig | dict,
     src_vocab: Vocab,
     tgt_vocab: Vocab,
     train_state: dict[str, Any] | None = None,
-) -> None:
-    """Write a self-describing checkpoint atomically (temporary file, fsync, rename).
-
-    The file is serialized in memory first: ``torch.save`` into a file that cannot be written
-    reports e.g. a full disk as an opaque ``unexpected pos`` error, a plain write as ``ENOSPC``.
+) -> memoryview:
+    """A self-describing checkpoint, serialized in memory.
 
     :param model: the plain ``Seq2Seq`` (not a DDP or compiled wrapper).
     :param train_state: optimizer, scheduler, step, RNG... for resuming; omitted for inference-only files.
-    :raise CheckpointError: when the file cannot be written; an older file at ``path`` is then intact.
     """
     if isinstance(config, DictConfig):
         config = OmegaConf.to_container(config, resolve=True)
@@ -63,9 +60,31 @@ def save_checkpoint(
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
+    return buffer.getbuffer()
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    config: DictConfig | dict,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    train_state: dict[str, Any] | None = None,
+    write: Callable[[Path, bytes], None] = atomic_write_bytes,
+) -> None:
+    """Write a self-describing checkpoint (:func:`checkpoint_bytes`) atomically (temporary file,
+    fsync, rename).
+
+    The file is serialized in memory first: ``torch.save`` into a file that cannot be written
+    reports e.g. a full disk as an opaque ``unexpected pos`` error, a plain write as ``ENOSPC``.
+
+    :param write: how the bytes reach ``path``; :func:`nmt.outputs.write_output` for a file a user named.
+    :raise CheckpointError: when the file cannot be written; an older file at ``path`` is then intact.
+    """
+    data = checkpoint_bytes(model, config, src_vocab, tgt_vocab, train_state)
     path = Path(path)
     try:
-        atomic_write_bytes(path, buffer.getbuffer())
+        write(path, data)
     except OSError as e:
         kept = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was written"
         raise CheckpointError(f"cannot write the checkpoint {path} ({e.strerror or e}); {kept}") from e
@@ -215,9 +234,32 @@ def run_checkpoints(run: Path, last: int) -> list[Path]:
     return [path for _, path in sorted(found)[-last:]]
 
 
+def check_average_output(paths: list[Path], output: Path) -> None:
+    """Before averaging: ``output`` is none of ``paths``, can be written (:func:`nmt.outputs.check_output`),
+    and is not a checkpoint that a run resumes from (its training state would be lost).
+
+    :raise ConfigError: naming ``--output`` and what to do.
+    """
+    check_output(output, "--output", inputs=paths)
+    if output.is_file():
+        try:
+            resumable = torch.load(output, map_location="cpu", weights_only=True).get("train_state") is not None
+        except Exception:  # not a checkpoint (any unpickling error): replacing it is the user's choice
+            resumable = False
+        if resumable:
+            raise ConfigError(
+                f"--output {output} holds a training state (train.resume=auto continues from it) that the average "
+                "would replace; write the average elsewhere, e.g. RUN/checkpoints/averaged.pt"
+            )
+
+
 def average_checkpoints(paths: list[Path], output: Path) -> None:
     """Write the element-wise mean of the weights of ``paths`` (in float64, then cast back) as a
-    weights-only checkpoint with the last one's config and vocabularies."""
+    weights-only checkpoint with the last one's config and vocabularies.
+
+    :raise ConfigError: for an ``output`` that :func:`check_average_output` refuses, before any is read.
+    """
+    check_average_output(paths, output)
     payloads = [load_checkpoint(path) for path in paths]
     first = payloads[0]
     for path, payload in zip(paths[1:], payloads[1:]):
@@ -236,4 +278,4 @@ def average_checkpoints(paths: list[Path], output: Path) -> None:
         model, src_vocab, tgt_vocab, config = model_from_checkpoint({**payloads[-1], "model": averaged})
     except CheckpointError as e:
         raise CheckpointError(f"{paths[-1]}: {e}") from None
-    save_checkpoint(output, model, config, src_vocab, tgt_vocab, train_state=None)
+    save_checkpoint(output, model, config, src_vocab, tgt_vocab, train_state=None, write=write_output)

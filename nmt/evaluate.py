@@ -20,13 +20,13 @@ from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.errors import CheckpointError, command_errors
 from nmt.hub import load_hub_splits
+from nmt.outputs import check_output, check_output_dir, write_output_text
 from nmt.plotting import alignment_grid_figure
 from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.search import SearchSettings, translate_ids
 from nmt.text import DataError, ParallelText, read_lines
 from nmt.utils import (
     CONFIG_DIR,
-    atomic_write_text,
     parse_named,
     provenance,
     resolve_device,
@@ -114,14 +114,18 @@ def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:
 
 def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelText, str | None]:
     """The sources and references: ``src``/``ref`` files (split None), else the checkpoints' split
-    (``split``, or their first test split) and its name."""
+    (``split``, or their first test split) and its name.
+
+    A checkpoint names its corpus, but where a split is downloaded and cached is this command's
+    ``cache_dir``: a file from elsewhere never decides where anything is written."""
     split = None
     if (cfg.src is None) != (cfg.ref is None):
         raise ValueError("give both src=FILE and ref=FILE (or neither, with ckpt=... split=...)")
     if cfg.src is not None:
         text = ParallelText(read_lines(cfg.src), read_lines(cfg.ref), str(cfg.src), str(cfg.ref))
     elif payloads:
-        data_cfgs = [OmegaConf.create(p["config"]).data for p in payloads.values()]
+        data_cfgs = [OmegaConf.create({**p["config"]["data"], "cache_dir": cfg.cache_dir, "hf_cache_dir": None})
+                     for p in payloads.values()]  # fmt: skip
         split = cfg.split or default_split(data_cfgs[0])
         texts = [split_text(data_cfg, split, cfg.data_dir) for data_cfg in data_cfgs]
         if any(t.src != texts[0].src or t.tgt != texts[0].tgt for t in texts[1:]):
@@ -131,7 +135,25 @@ def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelT
         raise ValueError("give src=FILE ref=FILE hyps=[name:FILE,...], or ckpt=PATH (split=NAME)")
     if len(text.src) != len(text.tgt):
         raise DataError(f"{text.src_path} has {len(text.src)} lines but {text.tgt_path} has {len(text.tgt)}")
+    if not text.src:
+        raise DataError(f"{text.src_path} has no lines; give one sentence a line")
     return text, split
+
+
+def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
+    """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs)."""
+    out_dir = Path(cfg.out_dir)
+    return [out_dir / "eval.json", *(out_dir / "hypotheses" / f"{name}.txt" for name in checkpoints)]
+
+
+def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[str, str]) -> None:
+    """Before any work: ``out_dir`` can be made, and no file written there is one of the inputs
+    (a hypothesis file, the source, the reference or a checkpoint)."""
+    check_output_dir(cfg.out_dir, "out_dir")
+    inputs = [*hyp_files.values(), *checkpoints.values(), *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
+    for path in planned_outputs(cfg, checkpoints):
+        key = f"ckpt name {path.stem!r} (out_dir/hypotheses/{path.name})" if path.parent.name == "hypotheses" else "out_dir"
+        check_output(path, key, inputs)
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -140,14 +162,19 @@ def evaluate(cfg: DictConfig) -> dict:
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     checkpoints = parse_named(cfg.ckpt, "ckpt")
+    hyp_files = parse_named(cfg.hyps, "hyps")
+    for name in checkpoints:
+        if name in hyp_files:
+            raise ValueError(f"system name {name!r} is both in hyps and ckpt; name them apart (ckpt=[other:PATH])")
+    check_outputs(cfg, checkpoints, hyp_files)
     payloads = {name: load_checkpoint(path, device) for name, path in checkpoints.items()}
     text, split = load_test_set(cfg, payloads)
-    hyp_files = parse_named(cfg.hyps, "hyps")
     systems = {name: read_lines(path) for name, path in hyp_files.items()}
+    for name, hyps in systems.items():
+        if len(hyps) != len(text.src):
+            raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
     decoded, searches = {}, {}
     for name, payload in payloads.items():
-        if name in systems:
-            raise ValueError(f"system name {name!r} is both in hyps and ckpt")
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         try:
             settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
@@ -157,7 +184,7 @@ def evaluate(cfg: DictConfig) -> dict:
         searches[name] = asdict(settings)
         systems[name] = decoded[name].hypotheses
         hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
-        atomic_write_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
+        write_output_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
     if not systems:
         raise ValueError("no systems: give hyps=[name:FILE,...] or ckpt=PATH")
     settings = LengthSettings(

@@ -47,8 +47,8 @@ from nmt.length_bins import (
     paired_test_by_bin,
     word_lengths,
 )
+from nmt.outputs import write_output_text
 from nmt.plotting import bleu_by_length_figure, save_figure
-from nmt.utils import atomic_write_text
 
 BIN_BY = ("source", "reference")
 
@@ -268,7 +268,7 @@ def length_figure(report: dict, title: str = "") -> Figure:
 def write_outputs(report: dict, out_dir: Path, figures: dict[str, Figure], tensorboard: str | None) -> None:
     """``eval.json`` and the figures (``<name>.png``) into ``out_dir``; figures into TensorBoard too."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "eval.json", json.dumps(report, indent=2) + "\n")
+    write_output_text(out_dir / "eval.json", json.dumps(report, indent=2) + "\n")
     writer = SummaryWriter(tensorboard) if tensorboard else None
     for name, fig in figures.items():
         if writer is not None:

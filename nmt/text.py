@@ -102,9 +102,15 @@ def iter_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
 
 
 def _open(path: Path):
-    if not path.is_file():
+    """A file, or a FIFO or device (``/dev/stdin``, a shell's ``<(...)``), for reading bytes."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not a text file; give the file inside it")
+    if not path.exists():
         raise DataError(f"{path}: no such file")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot open ({e.strerror or e})") from None
 
 
 # C0 and C1 control characters but the tab (and the newline, which splits lines): NUL, escape,

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from nmt.checkpoint import load_model
 from nmt.errors import ConfigError, command_errors
+from nmt.outputs import check_output, check_output_dir, write_output_text
 from nmt.plotting import attention_figure, save_figure
 from nmt.search import SearchSettings
 from nmt.text import DataError, decode_lines, read_lines
@@ -34,23 +35,6 @@ from nmt.vocab import Vocab
 log = logging.getLogger("nmt.translate")
 
 BAD_UTF8 = ("error", "replace")
-
-
-def check_output_is_not_input(input_path: str, output_path: str) -> None:
-    """Refuse to write the translations over the source text: the same path, another spelling of
-    it, or a link to it (the output would replace the input only after it was read, but the user's
-    text would be gone)."""
-    if "-" in (input_path, output_path):
-        return
-    source, target = Path(input_path), Path(output_path)
-    same = source.resolve() == target.resolve()
-    if not same and source.exists() and target.exists():
-        same = os.path.samefile(source, target)  # hard links too
-    if same:
-        raise ValueError(
-            f"output={output_path} is the input file {input_path}: writing the translations there would destroy "
-            "the source text; choose another output file"
-        )
 
 
 def read_input(path: str, on_bad_utf8: str) -> list[str]:
@@ -120,12 +104,21 @@ def write_attention(
 
 
 def write_output(path: str, text: str) -> None:
-    """To stdout (``-``, as UTF-8 whatever the locale) or atomically to a file."""
+    """To stdout (``-``, as UTF-8 whatever the locale) or to a file as :mod:`nmt.outputs` writes one."""
     if path == "-":
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
     else:
-        atomic_write_text(path, text)
+        write_output_text(path, text)
+
+
+def check_outputs(cfg: DictConfig) -> None:
+    """Before any work: the output file and the attention folder can be written, and neither is
+    the input or the checkpoint."""
+    if cfg.output != "-":
+        check_output(cfg.output, "output", inputs=[cfg.input, cfg.ckpt])
+    if cfg.attention_dir is not None:
+        check_output_dir(cfg.attention_dir, "attention_dir")
 
 
 SEARCH_KEYS = ("beam_size", "n_best", "length_penalty", "alpha", "max_len_a", "max_len_b")
@@ -160,7 +153,7 @@ def interactive(cfg: DictConfig) -> bool:
 
 def translate(cfg: DictConfig) -> dict[str, float]:
     """Everything ``python -m nmt.translate`` does; returns the summary figures."""
-    check_output_is_not_input(cfg.input, cfg.output)
+    check_outputs(cfg)
     if cfg.on_bad_utf8 not in BAD_UTF8:
         raise ConfigError(f"on_bad_utf8={cfg.on_bad_utf8!r}: choose one of {', '.join(BAD_UTF8)}")
     if interactive(cfg):

@@ -22,12 +22,15 @@ import torch
 CONFIG_DIR = str(resources.files("nmt.configs"))
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
     """Write ``path`` through a temporary file in the same folder, fsync it, then rename.
 
     A reader (or a run killed half way) never sees a half-written file under the final name:
     it sees the old file or the new one. On failure (e.g. a full disk) the temporary file is
     removed, the old file is left as it was, and an ``OSError`` names ``path``.
+
+    :param mode: permission bits of the new file (e.g. those of the file it replaces); None = a
+        new file's (0666 less the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +42,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
@@ -47,8 +52,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data))
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    atomic_write(path, lambda f: f.write(data), mode)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

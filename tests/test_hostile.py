@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +20,20 @@ import pytest
 import torch
 from conftest import CONFIG_DIR, ToyCorpus, make_toy_corpus
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint
 from nmt.errors import CheckpointError
+from nmt.search import SearchSettings
+from nmt.text import DataError
 from nmt.train import claim_folder, train
 from nmt.trainer import random_state, restore_random_state
-from nmt.translator import Translator
+from nmt.translate import format_translations, read_input
+from nmt.translator import Translator, translate_lines
 
 CPU = torch.device("cpu")
+GREEDY = SearchSettings(beam_size=1, n_best=1, length_penalty="none", alpha=0.0, max_len_a=1.5, max_len_b=5)
 
 
 def _run(module: str, args: list[str], cwd: Path, stdin: bytes = b"", timeout: int = 120) -> subprocess.CompletedProcess:
@@ -374,3 +382,176 @@ def test_each_rank_saves_and_restores_its_own_cuda_random_state(monkeypatch: pyt
     assert restored[0][0].item() == 10 and restored[1][0].item() == 11
     cpu = random_state(_FakeJob(0, torch.device("cpu"), {"cuda": None, "cpu": cpu1}))
     assert cpu["cuda_rng_by_rank"] == [None, None]
+
+
+# --------------------------------------------------------------------------- outputs are written safely
+
+SOURCE = "toga sala\nzolofu\n"
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "src.txt"
+    path.write_text(SOURCE, encoding="utf-8")
+    return path
+
+
+def _translate(smoke_run, tmp_path: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return _run("nmt.translate", [f"ckpt={smoke_run.checkpoint}", "beam_size=1", *args], tmp_path, stdin=stdin)
+
+
+def test_output_dev_stdout_is_written_to_not_replaced(smoke_run, source: Path, tmp_path: Path) -> None:
+    """Before, as root, output=/dev/stdout printed nothing and replaced /dev/stdout with a file."""
+    kind = stat.S_IFMT(os.lstat("/dev/stdout").st_mode)  # a link to /proc/self/fd/1, or a device
+    proc = _translate(smoke_run, tmp_path, f"input={source}", "output=/dev/stdout")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().count("\n") == 2
+    assert stat.S_IFMT(os.lstat("/dev/stdout").st_mode) == kind
+
+
+def test_a_symlink_output_is_written_through(smoke_run, source: Path, tmp_path: Path) -> None:
+    target, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    target.write_text("old\n", encoding="utf-8")
+    link.symlink_to(target)
+    proc = _translate(smoke_run, tmp_path, f"input={source}", f"output={link}")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert link.is_symlink() and target.read_text().count("\n") == 2 and target.read_text() != "old\n"
+
+
+def test_a_fifo_output_is_written_directly(smoke_run, source: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    proc = _translate(smoke_run, tmp_path, f"input={source}", f"output={fifo}")
+    out, _ = reader.communicate(timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.decode().count("\n") == 2 and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_an_output_keeps_its_permission_bits_and_a_read_only_one_is_refused(smoke_run, source, tmp_path) -> None:
+    shared = tmp_path / "shared.txt"
+    shared.write_text("old\n", encoding="utf-8")
+    shared.chmod(0o640)
+    assert _translate(smoke_run, tmp_path, f"input={source}", f"output={shared}").returncode == 0
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o640 and shared.read_text() != "old\n"
+    locked = tmp_path / "locked.txt"
+    locked.write_text("keep me\n", encoding="utf-8")
+    locked.chmod(0o444)
+    _one_line_refusal(_translate(smoke_run, tmp_path, f"input={source}", f"output={locked}"), "read-only")
+    assert locked.read_text() == "keep me\n" and stat.S_IMODE(locked.stat().st_mode) == 0o444
+
+
+OUTPUT_REFUSALS = {
+    # what the command is given -> what the error says; refused before the checkpoint is loaded
+    "output_is_a_folder": (lambda t: [f"output={t}"], "is a folder"),
+    "attention_dir_is_a_file": (lambda t: [f"attention_dir={t / 'src.txt'}"], "is a file, not a folder"),
+    "output_is_the_checkpoint": (lambda t: ["output=CKPT"], "is the input file"),
+    "output_under_a_file": (lambda t: [f"output={t / 'src.txt' / 'out.txt'}"], "is a file, so the folder cannot be made"),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTPUT_REFUSALS))
+def test_a_bad_output_is_refused_before_any_work(case: str, smoke_run, source: Path, tmp_path: Path) -> None:
+    make, message = OUTPUT_REFUSALS[case]
+    args = [a.replace("CKPT", str(smoke_run.checkpoint)) for a in make(tmp_path)]
+    proc = _translate(smoke_run, tmp_path, f"input={source}", *args)
+    _one_line_refusal(proc, message)
+    assert "loaded" not in proc.stderr.decode()  # before the model, so before the decoding
+
+
+# --------------------------------------------------------------------------- inputs that are not plain files
+
+
+def test_dev_stdin_and_a_process_substitution_are_read(smoke_run, tmp_path: Path) -> None:
+    proc = _translate(smoke_run, tmp_path, "input=/dev/stdin", f"output={tmp_path / 'a.txt'}", stdin=SOURCE.encode())
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (tmp_path / "a.txt").read_text().count("\n") == 2
+    command = (f"{sys.executable} -m nmt.translate ckpt={smoke_run.checkpoint} beam_size=1 "
+               f"input=<(printf 'toga\\nsala\\nzolofu\\n') output={tmp_path / 'b.txt'}")  # fmt: skip
+    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (tmp_path / "b.txt").read_text().count("\n") == 3
+
+
+def test_a_folder_as_input_is_one_line(smoke_run, tmp_path: Path) -> None:
+    _one_line_refusal(_translate(smoke_run, tmp_path, f"input={tmp_path}"), f"{tmp_path}: is a folder")
+
+
+# --------------------------------------------------------------------------- evaluate and average never write over an input
+
+
+def test_evaluate_never_writes_over_a_hypothesis_file_it_was_given(smoke_run, source: Path, tmp_path: Path) -> None:
+    """Before, a checkpoint named best wrote OUT/hypotheses/best.txt over the hyps file of that path."""
+    out = tmp_path / "out"
+    mine = out / "hypotheses" / "best.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my hypothesis one\nmy hypothesis two\n", encoding="utf-8")
+    before = _snapshot(out)
+    args = [f"hyps=[mine:{mine}]", f"ckpt=[best:{smoke_run.checkpoint}]", f"src={source}", f"ref={source}",
+            f"out_dir={out}"]  # fmt: skip
+    _one_line_refusal(_run("nmt.evaluate", args, tmp_path), "is the input file", str(mine))
+    assert _snapshot(out) == before
+
+
+EVALUATE_REFUSALS = {
+    "empty_src_and_ref": (lambda s, e: [f"src={e}", f"ref={e}", f"hyps=[a:{e}]"], "has no lines"),
+    "empty_hyps": (lambda s, e: [f"src={s}", f"ref={s}", f"hyps=[a:{e}]"], "has 0 lines but the source has 2"),
+    "out_dir_is_a_file": (lambda s, e: [f"src={s}", f"ref={s}", f"hyps=[a:{s}]", f"out_dir={s}"], "is a file, not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", list(EVALUATE_REFUSALS))
+def test_evaluate_refuses_bad_inputs_in_one_line(case: str, source: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    args = EVALUATE_REFUSALS[case][0](source, empty)
+    if not any(a.startswith("out_dir=") for a in args):
+        args.append(f"out_dir={tmp_path / 'out'}")
+    _one_line_refusal(_run("nmt.evaluate", args, tmp_path), EVALUATE_REFUSALS[case][1])
+    assert not (tmp_path / "out").exists()
+
+
+def test_average_never_replaces_a_resumable_checkpoint_or_an_input(finished_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = _snapshot(run)
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "average_checkpoints.py"), str(run),
+              "--last", "2"]  # fmt: skip
+    for output, message in ((run / "checkpoints" / "last.pt", "holds a training state"),
+                            (run / "checkpoints" / "step00000006.pt", "is the input file")):  # fmt: skip
+        proc = subprocess.run([*script, "--output", str(output)], capture_output=True, timeout=120)
+        _one_line_refusal(proc, message)
+    assert _snapshot(run) == before
+    proc = subprocess.run(script, capture_output=True, timeout=120)  # the default: checkpoints/averaged.pt
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert load_checkpoint(run / "checkpoints" / "averaged.pt")["train_state"] is None
+
+
+# --------------------------------------------------------------------------- arbitrary bytes in
+
+
+@pytest.fixture(scope="module")
+def smoke_model(smoke_run):
+    return load_model(smoke_run.checkpoint, CPU)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=300) | st.text(max_size=120).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_any_bytes_give_a_translation_per_line_or_one_clear_error(raw: bytes, smoke_model, tmp_path_factory) -> None:
+    """The text reader behind translate and evaluate, then the translation: as many output lines
+    as input lines (split at \\n only), or, for bytes that are not UTF-8, one DataError naming the line."""
+    path = tmp_path_factory.mktemp("bytes") / "input.txt"
+    path.write_bytes(raw)
+    expected = len(raw.split(b"\n")) - (1 if raw.endswith(b"\n") or not raw else 0)
+    for on_bad_utf8 in ("error", "replace"):
+        try:
+            lines = read_input(str(path), on_bad_utf8)
+        except DataError as e:
+            assert on_bad_utf8 == "error" and re.search(r"input\.txt, line \d+: invalid UTF-8", str(e)), str(e)
+            assert "\n" not in str(e)
+            continue
+        assert len(lines) == expected
+        model, src_vocab, tgt_vocab, _ = smoke_model
+        translations = translate_lines(model, src_vocab, lines, GREEDY, 8, "sentences", CPU, 20)
+        out = format_translations(translations, tgt_vocab, 1)
+        assert out.count("\n") == expected
