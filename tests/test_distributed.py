@@ -331,10 +331,12 @@ def test_ddp_run_resumes_in_one_process_then_under_torchrun(ddp_run: TorchrunRun
     assert load_checkpoint(single / "checkpoints" / "last.pt")["train_state"]["progress"]["world_size"] == 1
 
     # and back to two processes. Validation output is cut to one subword, so BLEU is 0 and cannot beat
-    # the best so far: with patience 1 the first validation stops training, and every rank must stop
+    # the best so far: with patience one more than the validations already without a better score,
+    # the first validation stops training, and every rank must stop
     single_last = single / "checkpoints" / "last.pt"
+    patience = load_checkpoint(single_last)["train_state"]["progress"]["stale_validations"] + 1
     again = tmp_path / "again"
-    _torchrun([*ddp_run.overrides, f"train.resume={single_last}", "train.eval_every=1", "train.patience=1",
+    _torchrun([*ddp_run.overrides, f"train.resume={single_last}", "train.eval_every=1", f"train.patience={patience}",
                "train.search.max_len_a=0", "train.search.max_len_b=1"], again, tmp_path / "again.out")  # fmt: skip
     log = (again / "train.log").read_text()
     assert f"resumed from {single_last} at update 6" in log

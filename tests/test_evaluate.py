@@ -377,7 +377,7 @@ def test_cli_reports_bad_input_without_traceback(tmp_path: Path) -> None:
         [sys.executable, "-m", "nmt.evaluate", f"src={src}", f"ref={ref}", f"hyps=[h:{hyp}]", f"out_dir={tmp_path}/o"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 2 and "system h: 1 lines for 2 references" in result.stderr
+    assert result.returncode == 2 and "hyps h: " in result.stderr and "has 1 lines but the source has 2" in result.stderr
     assert "Traceback" not in result.stderr
 
 
