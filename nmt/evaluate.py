@@ -150,6 +150,8 @@ def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[
     """Before any work: ``out_dir`` can be made, and no file written there is one of the inputs
     (a hypothesis file, the source, the reference or a checkpoint)."""
     check_output_dir(cfg.out_dir, "out_dir")
+    if cfg.tensorboard is not None:
+        check_output_dir(cfg.tensorboard, "tensorboard")
     inputs = [*hyp_files.values(), *checkpoints.values(), *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
     for path in planned_outputs(cfg, checkpoints):
         key = f"ckpt name {path.stem!r} (out_dir/hypotheses/{path.name})" if path.parent.name == "hypotheses" else "out_dir"
