@@ -26,9 +26,9 @@ from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from nmt.errors import CheckpointError, ConfigError
+from nmt.files import atomic_write_bytes, check_output, write_output
 from nmt.model import Seq2Seq, build_model
-from nmt.outputs import check_output, write_output
-from nmt.utils import atomic_write_bytes, provenance
+from nmt.runtime import provenance
 from nmt.vocab import Vocab
 
 CHECKPOINT_FORMAT = "nmt-checkpoint"
@@ -78,7 +78,7 @@ def save_checkpoint(
     The file is serialized in memory first: ``torch.save`` into a file that cannot be written
     reports e.g. a full disk as an opaque ``unexpected pos`` error, a plain write as ``ENOSPC``.
 
-    :param write: how the bytes reach ``path``; :func:`nmt.outputs.write_output` for a file a user named.
+    :param write: how the bytes reach ``path``; :func:`nmt.files.write_output` for a file a user named.
     :raise CheckpointError: when the file cannot be written; an older file at ``path`` is then intact.
     """
     data = checkpoint_bytes(model, config, src_vocab, tgt_vocab, train_state)
@@ -165,12 +165,16 @@ def _check_plain(node: Any, where: str) -> None:
 # checkpoints' runs did (so that they resume and evaluate as before).
 ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1}
 ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
+MOVED_TARGETS = {"nmt.schedule.WarmupInverseSqrt": "nmt.training.schedule.WarmupInverseSqrt"}
 
 
 def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
     """Bring a checkpoint's config (a plain dict) to today's keys, in place: ``data.name`` became
     ``data.kind`` when ``data=hf`` took ``data.name`` for the dataset's config; keys added since get
-    the values the run used."""
+    the values the run used; a schedule class that moved gets its new name."""
+    scheduler = config.get("train", {}).get("scheduler")
+    if isinstance(scheduler, dict) and scheduler.get("_target_") in MOVED_TARGETS:  # modules grouped in subpackages
+        scheduler["_target_"] = MOVED_TARGETS[scheduler["_target_"]]
     data = config.get("data")
     if isinstance(data, dict) and "kind" not in data and data.get("name") in ("multi30k", "files", "synthetic"):
         data["kind"] = data.pop("name")
@@ -235,7 +239,7 @@ def run_checkpoints(run: Path, last: int) -> list[Path]:
 
 
 def check_average_output(paths: list[Path], output: Path) -> None:
-    """Before averaging: ``output`` is none of ``paths``, can be written (:func:`nmt.outputs.check_output`),
+    """Before averaging: ``output`` is none of ``paths``, can be written (:func:`nmt.files.check_output`),
     and is not a checkpoint that a run resumes from (its training state would be lost).
 
     :raise ConfigError: naming ``--output`` and what to do.

@@ -47,10 +47,10 @@ from importlib import resources
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.data.text import CONTROL_CHARACTERS
 from nmt.errors import ConfigError, command_errors
-from nmt.text import CONTROL_CHARACTERS
+from nmt.runtime import CONFIG_DIR, parse_named, setup_logging
 from nmt.translator import TranslationResult, Translator
-from nmt.utils import CONFIG_DIR, parse_named, setup_logging
 
 log = logging.getLogger("nmt.demo")
 

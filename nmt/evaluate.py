@@ -1,7 +1,7 @@
 """``python -m nmt.evaluate``: several systems (hypothesis files or checkpoints) scored overall and
-by sentence length (:mod:`nmt.report`, :mod:`nmt.length_bins`), with paired significance, a
-BLEU-by-length plot, and attention maps and statistics (:mod:`nmt.alignment`). The scores that
-training uses too live in :mod:`nmt.metrics`.
+by sentence length (:mod:`nmt.evaluation.report`, :mod:`nmt.evaluation.length_bins`), with paired significance, a
+BLEU-by-length plot, and attention maps and statistics (:mod:`nmt.evaluation.alignment`). The scores that
+training uses too live in :mod:`nmt.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -15,24 +15,17 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.alignment import attention_stats
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.corpora import corpus_kind, load_corpus, load_multi30k
+from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
+from nmt.data.hub import load_hub_splits
+from nmt.data.text import DataError, ParallelText, read_lines
 from nmt.errors import CheckpointError, command_errors
-from nmt.hub import load_hub_splits
-from nmt.outputs import check_output, check_output_dir, write_output_text
+from nmt.evaluation.alignment import attention_stats
+from nmt.evaluation.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
+from nmt.files import check_output, check_output_dir, write_output_text
 from nmt.plotting import alignment_grid_figure
-from nmt.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
+from nmt.runtime import CONFIG_DIR, parse_named, provenance, resolve_device, set_threads, setup_logging
 from nmt.search import SearchSettings, translate_ids
-from nmt.text import DataError, ParallelText, read_lines
-from nmt.utils import (
-    CONFIG_DIR,
-    parse_named,
-    provenance,
-    resolve_device,
-    set_threads,
-    setup_logging,
-)
 
 log = logging.getLogger(__name__)
 

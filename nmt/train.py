@@ -1,5 +1,5 @@
 """Training: ``python -m nmt.train`` (Hydra entry point) and :func:`train`, which reads top to
-bottom: check the config and the run folder, build the :class:`~nmt.trainer.Trainer` (data, model,
+bottom: check the config and the run folder, build the :class:`~nmt.training.trainer.Trainer` (data, model,
 optimizer), open the run folder, then for every update train, validate when due, and stop on a
 signal; finally score the test splits.
 
@@ -27,13 +27,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt import distributed
 from nmt.checkpoint import load_checkpoint
-from nmt.config import resume_changes, validate_config
-from nmt.distributed import Dist
 from nmt.errors import ConfigError, command_errors
-from nmt.trainer import Progress, Trainer, stop_reason
-from nmt.utils import CONFIG_DIR, RUN_LOG_FORMAT, atomic_write_text, seed_everything, set_threads, setup_logging
+from nmt.files import atomic_write_text
+from nmt.runtime import CONFIG_DIR, RUN_LOG_FORMAT, seed_everything, set_threads, setup_logging
+from nmt.training import distributed
+from nmt.training.checks import resume_changes, validate_config
+from nmt.training.distributed import Dist
+from nmt.training.trainer import Progress, Trainer, stop_reason
 
 log = logging.getLogger("nmt.train")
 
@@ -145,7 +146,7 @@ def check_run_folder(cfg: DictConfig, run_dir: Path) -> Resume | None:
 
     :raise ConfigError: the folder holds a run and the command neither resumes nor overwrites it;
         the command resumes a checkpoint of another folder into it; or the command changes what
-        the checkpoint fixes (see :func:`nmt.config.resume_changes`).
+        the checkpoint fixes (see :func:`nmt.training.checks.resume_changes`).
     """
     tcfg = cfg.train
     path = _resume_path(tcfg.resume, run_dir)
@@ -311,7 +312,7 @@ def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, chang
 
 def _remove_temporary_files(run_dir: Path) -> None:
     """Delete the temporary files of writes that a killed run left half done (``.<name>.*.tmp``,
-    see :func:`nmt.utils.atomic_write`); the files under final names are always complete."""
+    see :func:`nmt.files.atomic_write`); the files under final names are always complete."""
     for folder in (run_dir, run_dir / "checkpoints", run_dir / "hypotheses"):
         for stale in folder.glob(".*.tmp"):
             stale.unlink(missing_ok=True)

@@ -23,13 +23,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from nmt.checkpoint import load_model
+from nmt.data.text import DataError, decode_lines, read_lines
 from nmt.errors import ConfigError, command_errors
-from nmt.outputs import check_output, check_output_dir, write_output_text
+from nmt.files import atomic_write_text, check_output, check_output_dir, write_output_text
 from nmt.plotting import attention_figure, save_figure
+from nmt.runtime import CONFIG_DIR, resolve_device, set_threads, setup_logging
 from nmt.search import SearchSettings
-from nmt.text import DataError, decode_lines, read_lines
 from nmt.translator import Translation, translate_lines
-from nmt.utils import CONFIG_DIR, atomic_write_text, resolve_device, set_threads, setup_logging
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -104,7 +104,7 @@ def write_attention(
 
 
 def write_output(path: str, text: str) -> None:
-    """To stdout (``-``, as UTF-8 whatever the locale) or to a file as :mod:`nmt.outputs` writes one."""
+    """To stdout (``-``, as UTF-8 whatever the locale) or to a file as :mod:`nmt.files` writes one."""
     if path == "-":
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()

@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 from nmt.checkpoint import load_model
 from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure
+from nmt.runtime import resolve_device, set_threads
 from nmt.search import Hypothesis, SearchSettings, translate_ids
-from nmt.utils import resolve_device, set_threads
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nmt.checkpoint import average_checkpoints, run_checkpoints
 from nmt.errors import command_errors
-from nmt.utils import setup_logging
+from nmt.runtime import setup_logging
 
 log = logging.getLogger("average_checkpoints")
 

@@ -87,7 +87,7 @@ def worker(tree: str, cache: str, corpus: str, overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from nmt.data import prepare_data
+    from nmt.data.batches import prepare_data
     from nmt.model import build_model
 
     started = time.time() - float(os.environ["BENCH_T0"])

@@ -28,13 +28,13 @@ from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 
 from nmt.checkpoint import load_model
-from nmt.corpora import multi30k_file, pairs_from_files
+from nmt.data.corpora import multi30k_file, pairs_from_files
+from nmt.data.subwords import VocabSettings, build_vocabs
+from nmt.data.text import read_lines
 from nmt.model import build_model
+from nmt.runtime import resolve_device, seed_everything, set_threads
 from nmt.search import SearchSettings
-from nmt.text import read_lines
 from nmt.translator import translate_lines
-from nmt.utils import resolve_device, seed_everything, set_threads
-from nmt.vocab import VocabSettings, build_vocabs
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = OmegaConf.load(REPO / "configs" / "translate.yaml")

@@ -30,11 +30,11 @@ from hydra import compose, initialize_config_dir
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nmt.data import prepare_data  # noqa: E402
-from nmt.distributed import Dist  # noqa: E402
+from nmt.data.batches import prepare_data  # noqa: E402
 from nmt.model import Seq2Seq, build_model  # noqa: E402
-from nmt.trainer import Objective, train_update  # noqa: E402
-from nmt.utils import set_threads  # noqa: E402
+from nmt.runtime import set_threads  # noqa: E402
+from nmt.training.distributed import Dist  # noqa: E402
+from nmt.training.trainer import Objective, train_update  # noqa: E402
 
 
 def matmul_gflops(size: int, rows: int | None = None, seconds: float = 1.0) -> float:

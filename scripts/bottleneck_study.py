@@ -53,12 +53,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from nmt.checkpoint import upgrade_config
-from nmt.config import flatten
-from nmt.corpora import MULTI30K_SPLITS
+from nmt.data.corpora import MULTI30K_SPLITS
+from nmt.evaluation.report import format_report
+from nmt.files import atomic_write_text
 from nmt.plotting import bleu_by_length_figure, save_figure
-from nmt.report import format_report
-from nmt.runlog import read_run
-from nmt.utils import CONFIG_DIR, atomic_write_text
+from nmt.runtime import CONFIG_DIR
+from nmt.training.checks import flatten
+from nmt.training.runlog import read_run
 
 # model name -> the overrides that select it (everything else comes from the experiment); the
 # decoder is always named, so that a model means the same whichever decoder the experiment has
@@ -184,9 +185,9 @@ def _fmt(value, spec: str) -> str:
 
 
 def training_row(run_dir: Path) -> dict:
-    """What a finished run's files say (:func:`nmt.runlog.read_run`): parameters, wall time (first
+    """What a finished run's files say (:func:`nmt.training.runlog.read_run`): parameters, wall time (first
     to last log line, training and the final test decoding), median logged target tokens/s, whether
-    it shared the machine (:meth:`nmt.runlog.RunRecord.machine`), best validation BLEU and the test
+    it shared the machine (:meth:`nmt.training.runlog.RunRecord.machine`), best validation BLEU and the test
     scores of its best checkpoint."""
     record = read_run(run_dir)
     return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s,

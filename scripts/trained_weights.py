@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint  # noqa: E402
 from nmt.errors import CheckpointError, command_errors  # noqa: E402
-from nmt.utils import setup_logging  # noqa: E402
+from nmt.runtime import setup_logging  # noqa: E402
 
 log = logging.getLogger("trained_weights")
 

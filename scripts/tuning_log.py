@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt.runlog import RunRecord, read_run  # noqa: E402
+from nmt.training.runlog import RunRecord, read_run  # noqa: E402
 
 
 def _fmt(value, spec: str) -> str:

@@ -21,8 +21,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from nmt.data.subwords import VocabSettings, train_sentencepiece
 from nmt.model import Seq2Seq, build_model
-from nmt.vocab import PAD_ID, Vocab, VocabSettings, train_sentencepiece
+from nmt.vocab import PAD_ID, Vocab
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -207,7 +208,7 @@ class SmokeRun:
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """``experiment=smoke`` trained once per session, in-process (~15 s on two cores)."""
-    from nmt.corpora import load_corpus
+    from nmt.data.corpora import load_corpus
     from nmt.train import train
 
     folder = tmp_path_factory.mktemp("smoke_run")

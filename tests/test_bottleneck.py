@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from nmt.report import LengthSettings, score_systems
+from nmt.evaluation.report import LengthSettings, score_systems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "bottleneck_study.py"
@@ -167,7 +167,7 @@ def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path: Path) -> N
                                                                                   "train.max_steps"}  # fmt: skip
     # sentencepiece's sample size shapes nothing when it exceeds the corpus (the log gives its size)
     smaller = study.expected_config([*overrides, "data.vocab.sample_size=5000"])
-    (tmp_path / "train.log").write_text("[2026-11-30 10:00:00,001][nmt.data][INFO] - data: 4000 training pairs, "
+    (tmp_path / "train.log").write_text("[2026-11-30 10:00:00,001][nmt.data.batches][INFO] - data: 4000 training pairs, "
                                         "valid 100, test 600; vocabularies 48/48 pieces\n")  # fmt: skip
     assert study.run_differences(tmp_path, smaller) == []
     tiny = study.expected_config([*overrides, "data.vocab.sample_size=100"])

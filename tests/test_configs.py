@@ -13,11 +13,11 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from nmt.corpora import load_corpus
+from nmt.data.corpora import load_corpus
+from nmt.data.subwords import VocabSettings
 from nmt.errors import ConfigError
 from nmt.model import Seq2Seq, build_model
 from nmt.search import SearchSettings
-from nmt.vocab import VocabSettings
 
 
 def _options(group: str) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from conftest import ToyCorpus, write_lines
 from omegaconf import OmegaConf
 
-from nmt.corpora import (
+from nmt.data.corpora import (
     MULTI30K_ENV,
     arrow_batches,
     check_has_text,
@@ -28,7 +28,7 @@ from nmt.corpora import (
     pairs_from_files,
     read_parallel,
 )
-from nmt.text import DataError, TextSplit, read_lines
+from nmt.data.text import DataError, TextSplit, read_lines
 
 LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]
 
@@ -255,7 +255,7 @@ def test_pairs_from_files_converts_once_and_rereads_an_edited_file(tmp_path: Pat
     assert first.src_name == str(src)
     files = list((tmp_path / "cache" / "text").iterdir())
     assert len(files) == 1 and files[0].suffix == ".arrow"
-    monkeypatch.setattr("nmt.corpora._write_pairs", lambda *a: pytest.fail("the cached Arrow file should be reused"))
+    monkeypatch.setattr("nmt.data.corpora._write_pairs", lambda *a: pytest.fail("the cached Arrow file should be reused"))
     assert pairs_from_files(src, tgt, tmp_path / "cache").pairs["tgt"] == first.pairs["tgt"]
     monkeypatch.undo()
     write_lines(tgt, ["one", "two three", "changed"])
@@ -264,7 +264,7 @@ def test_pairs_from_files_converts_once_and_rereads_an_edited_file(tmp_path: Pat
 
 
 def test_pairs_from_files_streams_in_record_batches(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 7)
+    monkeypatch.setattr("nmt.data.corpora.ROWS_PER_RECORD_BATCH", 7)
     src = write_lines(tmp_path / "b.src", [f"s{i}" for i in range(30)])
     tgt = write_lines(tmp_path / "b.tgt", [f"t{i}" for i in range(30)])
     pairs = pairs_from_files(src, tgt, tmp_path).pairs
@@ -274,7 +274,7 @@ def test_pairs_from_files_streams_in_record_batches(tmp_path: Path, monkeypatch)
 
 @pytest.mark.parametrize("extra", ["src", "tgt"])
 def test_pairs_from_files_refuses_different_line_counts(tmp_path: Path, monkeypatch, extra: str) -> None:
-    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 4)
+    monkeypatch.setattr("nmt.data.corpora.ROWS_PER_RECORD_BATCH", 4)
     src = write_lines(tmp_path / "c.src", ["x"] * (11 if extra == "src" else 10))
     tgt = write_lines(tmp_path / "c.tgt", ["y"] * (11 if extra == "tgt" else 10))
     counts = (11, 10) if extra == "src" else (10, 11)
@@ -312,7 +312,7 @@ def test_split_without_text_is_refused(tmp_path: Path) -> None:
 def test_arrow_batches_read_exactly_the_datasets_rows(tmp_path: Path, monkeypatch) -> None:
     """From the files themselves when the dataset is all of them, else through the dataset: a
     selection or a slice of the same file gives only its own rows."""
-    monkeypatch.setattr("nmt.corpora.ROWS_PER_RECORD_BATCH", 4)
+    monkeypatch.setattr("nmt.data.corpora.ROWS_PER_RECORD_BATCH", 4)
     src = write_lines(tmp_path / "f.src", [f"s{i}" for i in range(10)])
     tgt = write_lines(tmp_path / "f.tgt", [f"t{i}" for i in range(10)])
     pairs = pairs_from_files(src, tgt, tmp_path / "cache").pairs

@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import ToyCorpus
 
-from nmt.corpora import pairs_from_files
-from nmt.data import IdColumn, PairData, shard, tokenize
+from nmt.data.batches import IdColumn, PairData, shard, tokenize
+from nmt.data.corpora import pairs_from_files
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 
@@ -256,7 +256,7 @@ def test_tokenize_cache_key_depends_on_text(toy_corpus: ToyCorpus, tiny_vocab: V
 def test_tokenize_with_worker_processes_gives_the_same_ids(
     toy_corpus: ToyCorpus, tiny_vocab: Vocab, tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr("nmt.utils.MIN_ROWS_PER_PROCESS", 10)  # use the workers on a small split
+    monkeypatch.setattr("nmt.data.text.MIN_ROWS_PER_PROCESS", 10)  # use the workers on a small split
     pairs = _pairs(toy_corpus.src_lines[:200], toy_corpus.tgt_lines[:200])
     one = tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path / "one", num_proc=1)
     two = tokenize(pairs, tiny_vocab, tiny_vocab, tmp_path / "two", num_proc=2)

@@ -19,11 +19,11 @@ from conftest import CONFIG_DIR, SmokeRun
 from hydra import compose, initialize_config_dir
 
 from nmt.checkpoint import save_checkpoint
-from nmt.corpora import load_corpus
+from nmt.data.corpora import load_corpus
+from nmt.data.subwords import VocabSettings, build_vocabs
 from nmt.demo import NO_ALIGNMENT, Explorer, Limits, RequestError, make_server
 from nmt.model import build_model
 from nmt.translator import Translator
-from nmt.vocab import VocabSettings, build_vocabs
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Data-parallel training (``nmt/distributed.py`` and its use in ``nmt/train.py``), on the CPU with
+"""Data-parallel training (``nmt/training/distributed.py`` and its use in ``nmt/train.py``), on the CPU with
 gloo and two processes on the loopback interface:
 
 - two ranks with one batch each take the same step as one process with both batches, accumulated or
@@ -32,11 +32,11 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.data import PairData, shard
-from nmt.distributed import Dist
+from nmt.data.batches import PairData, shard
 from nmt.model import build_model
 from nmt.train import train
-from nmt.trainer import Objective, train_update
+from nmt.training.distributed import Dist
+from nmt.training.trainer import Objective, train_update
 from nmt.translate import translate
 
 CPU = torch.device("cpu")
@@ -73,16 +73,16 @@ def _random_pairs(n: int, seed: int, max_len: int = 12) -> PairData:
 
 WORKER = '''
 """One rank: for each scenario, rebuild the model from the same weights, wrap the objective in DDP
-and make the given updates with nmt.trainer.train_update on this rank's batches."""
+and make the given updates with nmt.training.trainer.train_update on this rank's batches."""
 import sys
 
 import torch
 from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
-from nmt import distributed
+from nmt.training import distributed
 from nmt.model import build_model
-from nmt.trainer import Objective, train_update
+from nmt.training.trainer import Objective, train_update
 
 spec = torch.load(sys.argv[1], weights_only=False)
 torch.set_num_threads(1)

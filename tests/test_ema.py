@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import build_tiny_model
 
-from nmt.ema import WeightAverage
+from nmt.training.ema import WeightAverage
 
 
 def _net() -> torch.nn.Module:

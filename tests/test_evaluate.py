@@ -1,5 +1,5 @@
-"""Scoring by length (nmt.length_bins), the report (nmt.report), attention statistics
-(nmt.alignment) and ``python -m nmt.evaluate`` on files and on checkpoints."""
+"""Scoring by length (nmt.evaluation.length_bins), the report (nmt.evaluation.report), attention statistics
+(nmt.evaluation.alignment) and ``python -m nmt.evaluate`` on files and on checkpoints."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from sacrebleu.metrics import BLEU, CHRF
 
-from nmt.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
 from nmt.checkpoint import save_checkpoint
-from nmt.corpora import load_corpus
+from nmt.data.corpora import load_corpus
+from nmt.data.subwords import VocabSettings, build_vocabs
 from nmt.evaluate import evaluate, pick_sentences
-from nmt.length_bins import (
+from nmt.evaluation.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
+from nmt.evaluation.length_bins import (
     EMPTY,
     FEW_SENTENCES,
     NO_NGRAMS,
@@ -36,10 +37,9 @@ from nmt.length_bins import (
     paired_test_by_bin,
     word_lengths,
 )
+from nmt.evaluation.report import LengthSettings, bleu_variant, format_report, score_systems
 from nmt.model import build_model
-from nmt.report import LengthSettings, bleu_variant, format_report, score_systems
-from nmt.utils import parse_named
-from nmt.vocab import VocabSettings, build_vocabs
+from nmt.runtime import parse_named
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 WORDS = ["the", "dog", "runs", "a", "cat", "sleeps", "on", "red", "mat", "Big", "house", "near", "river"]

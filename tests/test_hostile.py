@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint
+from nmt.data.text import DataError
 from nmt.errors import CheckpointError
 from nmt.search import SearchSettings
-from nmt.text import DataError
 from nmt.train import claim_folder, train
-from nmt.trainer import random_state, restore_random_state
+from nmt.training.trainer import random_state, restore_random_state
 from nmt.translate import format_translations, read_input
 from nmt.translator import Translator, translate_lines
 
@@ -58,7 +58,7 @@ def _one_line_refusal(proc: subprocess.CompletedProcess, *needles: str) -> str:
 
 def _write_text_node(target: Path) -> dict:
     """The issue's probe: Hydra would build the nested Path node first, then call write_text."""
-    return {"_target_": "nmt.utils.Path.write_text", "_args_": [{"_target_": "nmt.utils.Path", "_args_": [str(target)]},
+    return {"_target_": "nmt.runtime.Path.write_text", "_args_": [{"_target_": "nmt.runtime.Path", "_args_": [str(target)]},
                                                                  "x\n"]}  # fmt: skip
 
 
@@ -75,7 +75,7 @@ def _with_model_node(payload: dict, role: str, key: str | None, value) -> dict:
 CRAFTED = {
     # (role, key or None for the whole node, value as a function of the file it must not write)
     "nested_target_writes_a_file": ("encoder", "num_layers", _write_text_node),
-    "nmt_function_as_target": ("encoder", None, lambda t: {"_target_": "nmt.utils.atomic_write_text",
+    "nmt_function_as_target": ("encoder", None, lambda t: {"_target_": "nmt.files.atomic_write_text",
                                                             "path": str(t), "text": "x"}),  # fmt: skip
     "foreign_target": ("attention", "_target_", lambda t: "os.system"),
     "hydra_args": ("decoder", "_args_", lambda t: [str(t)]),

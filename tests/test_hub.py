@@ -18,10 +18,10 @@ import pytest
 from conftest import REPO_ROOT, ToyCorpus
 from omegaconf import OmegaConf
 
-from nmt.data import prepare_data, subset
+from nmt.data.batches import prepare_data, subset
+from nmt.data.hub import load_hub_splits
+from nmt.data.text import DataError
 from nmt.evaluate import split_text
-from nmt.hub import load_hub_splits
-from nmt.text import DataError
 from nmt.train import train
 
 TOY_VOCAB = ["data.vocab.joint=false", "data.vocab.size=40"]

@@ -119,8 +119,8 @@ def test_importing_nmt_changes_no_process_wide_state(tmp_path: Path) -> None:
     code = (
         "import os, sys, matplotlib\n"
         "matplotlib.use('svg')\n"
-        "import nmt.plotting, nmt.report, nmt.train, nmt.translate, nmt.evaluate\n"
-        "from nmt.utils import atomic_write_text\n"
+        "import nmt.plotting, nmt.evaluation.report, nmt.train, nmt.translate, nmt.evaluate\n"
+        "from nmt.files import atomic_write_text\n"
         "os.umask(0o077)\n"
         "atomic_write_text(sys.argv[1], 'x')\n"
         "print(matplotlib.get_backend(), oct(os.stat(sys.argv[1]).st_mode & 0o777))\n"

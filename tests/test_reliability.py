@@ -31,17 +31,17 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
+import nmt.files
 import nmt.model
-import nmt.trainer
-import nmt.utils
+import nmt.training.trainer
 from nmt.checkpoint import load_checkpoint
-from nmt.config import ConfigError, instantiation_message
-from nmt.data import prepare_data
+from nmt.data.batches import prepare_data
+from nmt.data.text import DataError
 from nmt.errors import CheckpointError
 from nmt.model import build_model
-from nmt.text import DataError
 from nmt.train import train
-from nmt.trainer import Objective
+from nmt.training.checks import ConfigError, instantiation_message
+from nmt.training.trainer import Objective
 
 STEPS, EVAL_EVERY = 40, 4  # ~3 epochs of 14 updates; a checkpoint every 4 updates
 TINY_RUN = [
@@ -339,7 +339,7 @@ def test_full_disk_stops_training_and_keeps_the_previous_checkpoint(
 ) -> None:
     """The disk fills up after the checkpoint of update 4, at update 8: for ``checkpoints``, just
     before its checkpoint is written; for ``every file``, the validation hypotheses fail first."""
-    real_save, real_fdopen, real_update, full = torch.save, os.fdopen, nmt.trainer.train_update, []
+    real_save, real_fdopen, real_update, full = torch.save, os.fdopen, nmt.training.trainer.train_update, []
 
     def save(obj, f, *args, **kwargs):  # nmt serializes a checkpoint in memory, then writes the bytes
         state = obj.get("train_state") if isinstance(obj, dict) else None
@@ -353,15 +353,15 @@ def test_full_disk_stops_training_and_keeps_the_previous_checkpoint(
             full.append(True)
         return real_update(*args, **kwargs)
 
-    def fdopen(fd, *args, **kwargs):  # below nmt.utils.atomic_write: the file it writes
+    def fdopen(fd, *args, **kwargs):  # below nmt.files.atomic_write: the file it writes
         return _FullDisk(fd, "wb") if full else real_fdopen(fd, *args, **kwargs)
 
     updates = []
-    monkeypatch.setattr(nmt.utils.os, "fdopen", fdopen)
+    monkeypatch.setattr(nmt.files.os, "fdopen", fdopen)
     if full_for == "checkpoints":
         monkeypatch.setattr(torch, "save", save)
     else:
-        monkeypatch.setattr(nmt.trainer, "train_update", train_update)
+        monkeypatch.setattr(nmt.training.trainer, "train_update", train_update)
     checkpoints = tmp_path / "checkpoints"
     with pytest.raises(OSError if full_for == "every file" else CheckpointError) as info:
         _train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), tmp_path)
@@ -618,7 +618,7 @@ def test_resume_auto_without_a_checkpoint_says_it_starts_a_new_run(corpus: ToyCo
 def test_resume_changes_sorts_keys_into_applied_and_refused() -> None:
     from omegaconf import OmegaConf
 
-    from nmt.config import resume_changes
+    from nmt.training.checks import resume_changes
 
     saved = {"model": {"emb_dim": 8, "decoder": {"output_dropout": 0.1}}, "data": {"dir": "/a", "max_tokens": 100},
              "train": {"max_epochs": 2, "resume": None, "scheduler": {"gamma": 0.5}}}  # fmt: skip
@@ -642,7 +642,7 @@ def test_a_checkpoint_from_before_data_kind_resumes_without_config_changes(corpu
     from omegaconf import OmegaConf
 
     from nmt.checkpoint import upgrade_config
-    from nmt.config import resume_changes
+    from nmt.training.checks import resume_changes
 
     cfg = _compose(_overrides(corpus, tmp_path / "cache"))
     old = OmegaConf.to_container(cfg, resolve=True)
@@ -666,6 +666,6 @@ def test_resume_uses_the_checkpoints_subword_models(corpus: ToyCorpus, tmp_path:
     def no_training(*args, **kwargs):
         raise AssertionError("a resumed run must not build vocabularies")
 
-    monkeypatch.setattr("nmt.data.build_vocabs", no_training)
+    monkeypatch.setattr("nmt.data.batches.build_vocabs", no_training)
     results = _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=3", "train.resume=auto"), run)
     assert results["steps"] == 3.0

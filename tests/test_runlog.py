@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from nmt.runlog import read_run
+from nmt.training.runlog import read_run
 
 LOG = (
     "[2026-11-30 10:00:00,001][nmt.train][INFO] - model: 12,277,056 parameters on cpu x 1 process(es)\n"

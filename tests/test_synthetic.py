@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO_ROOT
 
-from nmt.synthetic import swap_neighbours, synthetic_corpus
+from nmt.data.synthetic import swap_neighbours, synthetic_corpus
 
 SIZES = {"train": 300, "valid": 20, "test": 30}
 
@@ -45,7 +45,7 @@ def test_same_arguments_same_corpus() -> None:
 def test_same_corpus_in_another_process() -> None:
     """No dependence on Python's per-process string hashing (e.g. set order)."""
     code = (
-        "import hashlib, json; from nmt.synthetic import synthetic_corpus; "
+        "import hashlib, json; from nmt.data.synthetic import synthetic_corpus; "
         f"c = synthetic_corpus(seed=7, vocab_size=20, min_len=3, max_len=12, sizes={SIZES!r}); "
         "print(hashlib.sha256(json.dumps({k: [v.src, v.tgt] for k, v in c.items()}).encode()).hexdigest())"
     )

@@ -6,7 +6,7 @@ import datasets
 import numpy as np
 import torch
 
-from nmt.data import PairData
+from nmt.data.batches import PairData
 from nmt.tokens import EOS_ID, PAD_ID, pad_sources
 
 

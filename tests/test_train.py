@@ -18,12 +18,12 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from nmt.checkpoint import load_checkpoint, model_from_checkpoint
-from nmt.data import prepare_data
+from nmt.data.batches import prepare_data
 from nmt.errors import CheckpointError
-from nmt.metrics import teacher_forced_nll
-from nmt.runlog import read_run
+from nmt.evaluation.metrics import teacher_forced_nll
 from nmt.train import train
-from nmt.trainer import TokenRate
+from nmt.training.runlog import read_run
+from nmt.training.trainer import TokenRate
 
 # Separate word-level vocabularies: every toy word is one piece, which the tiny model learns quickly.
 TOY_VOCAB = ["data.vocab.joint=false", "data.vocab.size=40"]

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint, save_checkpoint
+from nmt.data.text import DataError, decode_lines
 from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.search import SearchSettings
-from nmt.text import DataError, decode_lines
 from nmt.translate import format_translations, read_input, translate
 from nmt.translator import translate_lines
 

@@ -5,6 +5,8 @@ checkpoint's own settings, and a single string gives a single result."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,3 +66,12 @@ def test_empty_input_and_models_without_attention(smoke_run: SmokeRun, in_proces
     assert blank.text == "" and blank.attention is None
     with pytest.raises(ValueError, match="return_attention=True"):
         translator.plot_attention(blank)
+
+
+def test_the_python_api_and_translate_import_neither_datasets_nor_pyarrow() -> None:
+    """``from nmt import Translator`` (and the translate command) load only torch and sentencepiece."""
+    code = ("import sys\nfrom nmt import Translator\nTranslator.from_checkpoint\nimport nmt.translate\n"
+            "print(sorted(m for m in ('datasets', 'pyarrow') if m in sys.modules))\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,5 +1,5 @@
 """Sentencepiece vocabularies: the fixed special ids, text round trips, and the content-keyed cache
-of :func:`nmt.vocab.build_vocabs`."""
+of :func:`nmt.data.subwords.build_vocabs`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import sentencepiece as spm
 from conftest import DICTIONARY, ToyCorpus, write_lines
 
-import nmt.vocab
-from nmt.corpora import pairs_from_files
-from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, VocabSettings, build_vocabs, train_sentencepiece
+import nmt.data.subwords
+from nmt.data.corpora import pairs_from_files
+from nmt.data.subwords import VocabSettings, build_vocabs, train_sentencepiece
+from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
 SETTINGS = VocabSettings(type="unigram", size=60, joint=True, character_coverage=1.0)
 
@@ -86,13 +87,13 @@ def test_sampling_is_reproducible_and_bounded(toy_corpus: ToyCorpus, monkeypatch
 
 def _spy_training(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = nmt.vocab.train_sentencepiece
+    real = nmt.data.subwords.train_sentencepiece
 
     def spy(lines, settings):
         calls.append(1)
         return real(lines, settings)
 
-    monkeypatch.setattr(nmt.vocab, "train_sentencepiece", spy)
+    monkeypatch.setattr(nmt.data.subwords, "train_sentencepiece", spy)
     return calls
 
 

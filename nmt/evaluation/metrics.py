@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from nmt.data import PairData
+from nmt.data.batches import PairData
 from nmt.model import Seq2Seq
 from nmt.search import Hypothesis, SearchSettings, translate_ids
 from nmt.vocab import Vocab

@@ -27,16 +27,17 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
-from nmt.config import flatten
-from nmt.data import Batch, PairData, Splits, prepare_data, shard
-from nmt.distributed import Dist
-from nmt.ema import WeightAverage
+from nmt.data.batches import Batch, PairData, Splits, prepare_data, shard
 from nmt.errors import CheckpointError
-from nmt.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
+from nmt.evaluation.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
+from nmt.files import atomic_write_text
 from nmt.model import Seq2Seq, build_model
 from nmt.plotting import attention_figure
+from nmt.runtime import provenance
 from nmt.search import SearchSettings, greedy_search
-from nmt.utils import atomic_write_text, provenance
+from nmt.training.checks import flatten
+from nmt.training.distributed import Dist
+from nmt.training.ema import WeightAverage
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")

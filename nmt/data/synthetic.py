@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 
-from nmt.text import ParallelText
+from nmt.data.text import ParallelText
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"

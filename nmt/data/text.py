@@ -1,6 +1,6 @@
 """Reading text: UTF-8 lines of plain or gzipped files and of standard input, split at ``\\n``
 only, control characters turned into spaces, and errors that name the file and line. Both real
-corpora (:mod:`nmt.corpora`) and the synthetic task (:mod:`nmt.synthetic`) return a
+corpora (:mod:`nmt.data.corpora`) and the synthetic task (:mod:`nmt.data.synthetic`) return a
 :class:`ParallelText` (in memory), which every training run reads as a :class:`TextSplit` (Arrow
 columns, memory-mapped when they come from disk).
 """
@@ -158,3 +158,11 @@ def _warn_controlled(name: str, controlled: list[int]) -> None:
     if controlled:
         shown = ", ".join(map(str, controlled[:5])) + (f" and {len(controlled) - 5} more" if len(controlled) > 5 else "")
         log.warning("%s: control characters (NUL, escape, ...) replaced by spaces on line(s) %s", name, shown)
+
+
+MIN_ROWS_PER_PROCESS = 50_000  # smaller datasets are mapped in this process (workers cost ~1 s to start)
+
+
+def worker_processes(num_proc: int, rows: int) -> int | None:
+    """``num_proc`` for ``Dataset.map`` over ``rows`` rows: None (this process) unless it pays."""
+    return num_proc if num_proc > 1 and rows >= MIN_ROWS_PER_PROCESS else None

@@ -1,8 +1,8 @@
 """Where parallel text comes from: Multi30k task 1 (Elliott et al. 2016), the user's own files, or
-the synthetic reordering task of :mod:`nmt.synthetic`, or any Hugging Face dataset (:mod:`nmt.hub`).
+the synthetic reordering task of :mod:`nmt.data.synthetic`, or any Hugging Face dataset (:mod:`nmt.data.hub`).
 A run reads every split as a :class:`TextSplit`: Arrow columns ``src`` and ``tgt``, memory-mapped from
 a file on disk, so that a corpus larger than memory is never held as Python strings. Subwords and
-batching live in :mod:`nmt.data`.
+batching live in :mod:`nmt.data.batches`.
 
 Plain and gzipped text files are converted once, streaming, into ``<data.cache_dir>/text/<key>.arrow``,
 where the key is made from the files' paths, sizes and modification times (so an edited file is
@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nmt.hub import load_hub_splits
-from nmt.synthetic import synthetic_corpus
-from nmt.text import DataError, ParallelText, TextSplit, iter_lines, read_lines
-from nmt.utils import atomic_write, atomic_write_bytes
+from nmt.data.hub import load_hub_splits
+from nmt.data.synthetic import synthetic_corpus
+from nmt.data.text import DataError, ParallelText, TextSplit, iter_lines, read_lines
+from nmt.files import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ ROWS_PER_RECORD_BATCH = 10_000
 def pairs_from_files(src_path: str | Path, tgt_path: str | Path, cache_dir: str | Path) -> TextSplit:
     """Both sides of a split, converted once (streaming) into a cached Arrow file and memory-mapped.
 
-    The files are read with the rules of :func:`nmt.text.read_lines` (UTF-8, ``\\n`` only, control
+    The files are read with the rules of :func:`nmt.data.text.read_lines` (UTF-8, ``\\n`` only, control
     characters to spaces); files with different line counts are refused.
     """
     paths = [Path(src_path), Path(tgt_path)]

@@ -7,7 +7,7 @@ Two layouts are read, the two the hub uses:
     translation column (wmt14, iwslt2017)      two text columns (data.src_column, data.tgt_column)
     {"translation": {"de": "...", "en": "..."}}  {"german": "...", "english": "..."}
 
-Either way a split becomes a :class:`nmt.text.TextSplit` with the columns ``src`` and ``tgt``, made
+Either way a split becomes a :class:`nmt.data.text.TextSplit` with the columns ``src`` and ``tgt``, made
 with ``Dataset.map`` on Arrow tables (no Python strings) and cached by ``datasets`` beside the
 dataset, so a second run starts from the cache. Offline, ``datasets`` uses its cache as usual.
 
@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import OmegaConf
 
-from nmt.text import DataError, TextSplit
-from nmt.utils import worker_processes
+from nmt.data.text import DataError, TextSplit
+from nmt.data.text import worker_processes
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,11 @@ import sentencepiece as spm
 import torch
 from omegaconf import DictConfig
 
-from nmt.corpora import content_key, load_corpus
+from nmt.data.corpora import content_key, load_corpus
 from nmt.tokens import pad_sources
-from nmt.utils import worker_processes
-from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, VocabSettings, build_vocabs
+from nmt.data.text import worker_processes
+from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
+from nmt.data.subwords import VocabSettings, build_vocabs
 
 log = logging.getLogger(__name__)
 

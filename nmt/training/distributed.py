@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from nmt.utils import resolve_device
+from nmt.runtime import resolve_device
 
 
 @dataclass(frozen=True)

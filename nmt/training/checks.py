@@ -20,11 +20,11 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from nmt.corpora import MULTI30K_SPLITS, check_multi30k_pair
+from nmt.data.corpora import MULTI30K_SPLITS, check_multi30k_pair
+from nmt.data.text import DataError
 from nmt.errors import ConfigError, instantiation_message
 from nmt.model import build_model
 from nmt.search import SearchSettings, check_search_settings
-from nmt.text import DataError
 
 VOCAB_TYPES = ("unigram", "bpe")
 MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones

@@ -1,8 +1,9 @@
-"""Where the commands write what a user asked for (translations, reports, figures, averaged
-checkpoints): every output path is checked before any work, and each file is written so that
-nothing the user had is lost.
+"""Writing files. Every file nmt writes goes through :func:`atomic_write` (a temporary file, fsync,
+rename), so that no file is ever half written under its final name. What a user asked for
+(translations, reports, figures, averaged checkpoints) is written by :func:`write_output`, after
+:func:`check_output` checked the path before any work, so that nothing the user had is lost:
 
-- A regular file (or a new one) is replaced atomically (:func:`nmt.utils.atomic_write`), keeping
+- A regular file (or a new one) is replaced atomically (:func:`atomic_write`), keeping
   its permission bits; a read-only one is refused.
 - A symbolic link is written through: the file it points to gets the new content, the link stays.
 - Anything else (a FIFO, a terminal, ``/dev/stdout``, ``/dev/null``, a process substitution) is
@@ -14,12 +15,52 @@ nothing the user had is lost.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import IO
 
 from nmt.errors import ConfigError
-from nmt.utils import atomic_write_bytes
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
+    """Write ``path`` through a temporary file in the same folder, fsync it, then rename.
+
+    A reader (or a run killed half way) never sees a half-written file under the final name:
+    it sees the old file or the new one. On failure (e.g. a full disk) the temporary file is
+    removed, the old file is left as it was, and an ``OSError`` names ``path``.
+
+    :param mode: permission bits of the new file (e.g. those of the file it replaces); None = a
+        new file's (0666 less the umask).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # mode 0666 minus the umask, as for any new file (mkstemp would make it 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # a failed write names no file
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    atomic_write(path, lambda f: f.write(data), mode)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
 
 # Paths under these are devices or a process's own descriptors: written directly, never replaced.
 DEVICE_FOLDERS = ("/dev/", "/proc/")

@@ -1,18 +1,15 @@
-"""Small shared helpers: atomic file writes, seeding, device and thread choice, logging setup, and
-``[name:PATH, ...]`` lists of the command lines."""
+"""What every command shares about the process it runs in: the Hydra config folder, seeding,
+the device and thread choice, logging, the provenance of results, and the ``[name:PATH, ...]``
+lists of the command lines."""
 
 from __future__ import annotations
 
 import logging
-import os
 import random
-import secrets
 import subprocess
 import sys
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import torch
@@ -20,44 +17,6 @@ import torch
 # The Hydra configs: the package nmt.configs, which is configs/ of the checkout in an editable
 # install and site-packages/nmt/configs/ in a wheel (pyproject.toml maps the one to the other).
 CONFIG_DIR = str(resources.files("nmt.configs"))
-
-
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
-    """Write ``path`` through a temporary file in the same folder, fsync it, then rename.
-
-    A reader (or a run killed half way) never sees a half-written file under the final name:
-    it sees the old file or the new one. On failure (e.g. a full disk) the temporary file is
-    removed, the old file is left as it was, and an ``OSError`` names ``path``.
-
-    :param mode: permission bits of the new file (e.g. those of the file it replaces); None = a
-        new file's (0666 less the umask).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    # mode 0666 minus the umask, as for any new file (mkstemp would make it 0600)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # a failed write names no file
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
-    atomic_write(path, lambda f: f.write(data), mode)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def seed_everything(seed: int) -> None:
@@ -145,11 +104,3 @@ def parse_named(items, what: str) -> dict[str, str]:
             raise ValueError(f"{what}: the name {name!r} is used twice; write {what}=[name1:PATH,name2:PATH]")
         named[name] = path
     return named
-
-
-MIN_ROWS_PER_PROCESS = 50_000  # smaller datasets are mapped in this process (workers cost ~1 s to start)
-
-
-def worker_processes(num_proc: int, rows: int) -> int | None:
-    """``num_proc`` for ``Dataset.map`` over ``rows`` rows: None (this process) unless it pays."""
-    return num_proc if num_proc > 1 and rows >= MIN_ROWS_PER_PROCESS else None

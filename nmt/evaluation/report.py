@@ -3,7 +3,7 @@
 p-values against the first system), the terminal table, and the BLEU-by-length figure.
 
 ``eval.json`` (``nmt.evaluate`` adds ``src``, ``ref``, ``split`` and, per system, ``hypotheses``,
-``checkpoint`` and ``attention``, the statistics of :mod:`nmt.alignment` or null)::
+``checkpoint`` and ``attention``, the statistics of :mod:`nmt.evaluation.alignment` or null)::
 
     num_sentences, bin_by ("source" | "reference"), bin_spec, edges, bin_labels, min_count,
     n_bootstrap, seed,
@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from sacrebleu.metrics import BLEU, CHRF
 from torch.utils.tensorboard import SummaryWriter
 
-from nmt.length_bins import (
+from nmt.evaluation.length_bins import (
     assign_bins,
     bin_edges,
     bin_scores,
@@ -47,7 +47,7 @@ from nmt.length_bins import (
     paired_test_by_bin,
     word_lengths,
 )
-from nmt.outputs import write_output_text
+from nmt.files import write_output_text
 from nmt.plotting import bleu_by_length_figure, save_figure
 
 BIN_BY = ("source", "reference")
