@@ -81,8 +81,8 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> dict[str, Path]:
 
 def worker(tree: str, cache: str, corpus: str, overrides: list[str]) -> None:
     """In a fresh process: prepare the data with ``tree``'s code and configs, cut the first epoch's
-    batches, train one update; print the times (seconds since the process started) as JSON."""
-    sys.path.insert(0, tree)
+    batches, train one update; print the times (seconds since the process started) as JSON. The
+    parent puts ``tree`` first on ``PYTHONPATH``, so ``nmt`` is that tree's."""
     import torch
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -141,7 +141,7 @@ def _tree_rss(pid: int) -> int:
 
 def measure(tree: Path, cache: Path, corpus: Path, overrides: list[str], timeout: float) -> dict:
     """Run :func:`worker` in a child process; its result plus the peak resident memory of its tree."""
-    env = {**os.environ, "BENCH_T0": repr(time.time()), "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    env = {**os.environ, "BENCH_T0": repr(time.time()), "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(tree)}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree), str(cache), str(corpus), *overrides]
     proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak, stop = [0], threading.Event()

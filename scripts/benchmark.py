@@ -18,7 +18,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -27,14 +26,13 @@ import torch
 import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from nmt.data.batches import prepare_data
+from nmt.model import Seq2Seq, build_model
+from nmt.runtime import set_threads
+from nmt.training.distributed import Dist
+from nmt.training.trainer import Objective, train_update
 
-from nmt.data.batches import prepare_data  # noqa: E402
-from nmt.model import Seq2Seq, build_model  # noqa: E402
-from nmt.runtime import set_threads  # noqa: E402
-from nmt.training.distributed import Dist  # noqa: E402
-from nmt.training.trainer import Objective, train_update  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def matmul_gflops(size: int, rows: int | None = None, seconds: float = 1.0) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,9 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def benchmark(tree: Path, args: list[str]) -> dict:
-    """One run of ``tree``'s benchmark script (from this checkout's folder, so the data caches are
-    shared); its JSON line."""
-    proc = subprocess.run([sys.executable, str(tree / "scripts" / "benchmark.py"), *args], cwd=REPO,
+    """One run of ``tree``'s benchmark script with ``tree``'s ``nmt`` (first on ``PYTHONPATH``), from
+    this checkout's folder, so the data caches are shared; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([sys.executable, str(tree / "scripts" / "benchmark.py"), *args], cwd=REPO, env=env,
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"benchmark of {tree} failed:\n{proc.stderr[-3000:]}")

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import threading
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt.demo import load_explorer, make_server  # noqa: E402
+from nmt.demo import load_explorer, make_server
 
 
 def main(argv: list[str] | None = None) -> None:

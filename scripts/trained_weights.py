@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint  # noqa: E402
-from nmt.errors import CheckpointError, command_errors  # noqa: E402
-from nmt.runtime import setup_logging  # noqa: E402
+from nmt.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from nmt.errors import CheckpointError, command_errors
+from nmt.runtime import setup_logging
 
 log = logging.getLogger("trained_weights")
 

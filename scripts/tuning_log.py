@@ -12,12 +12,9 @@ processes shared the machine (the logged CPU load); the test scores only where t
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt.training.runlog import RunRecord, read_run  # noqa: E402
+from nmt.training.runlog import RunRecord, read_run
 
 
 def _fmt(value, spec: str) -> str:

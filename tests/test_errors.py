@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SmokeRun
+from conftest import SmokeRun
 
 from nmt.checkpoint import load_checkpoint
 from nmt.errors import CheckpointError, ConfigError, DataError, command_errors
@@ -28,7 +28,7 @@ COMMANDS = {
     "translate": lambda ckpt, tmp: ["-m", "nmt.translate", f"ckpt={ckpt}", f"input={tmp / 'in.txt'}"],
     "evaluate": lambda ckpt, tmp: ["-m", "nmt.evaluate", f"ckpt={ckpt}", f"src={tmp / 'in.txt'}",
                                    f"ref={tmp / 'in.txt'}", f"out_dir={tmp / 'out'}"],  # fmt: skip
-    "average": lambda ckpt, tmp: [str(REPO_ROOT / "scripts" / "average_checkpoints.py"), str(ckpt), str(ckpt),
+    "average": lambda ckpt, tmp: ["-m", "nmt.average", str(ckpt), str(ckpt),
                                   "--output", str(tmp / "avg.pt")],  # fmt: skip
     "train": lambda ckpt, tmp: ["-m", "nmt.train", "experiment=smoke", f"train.resume={ckpt}",
                                 f"hydra.run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}"],  # fmt: skip

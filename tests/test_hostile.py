@@ -515,7 +515,7 @@ def test_average_never_replaces_a_resumable_checkpoint_or_an_input(finished_run:
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     before = _snapshot(run)
-    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "average_checkpoints.py"), str(run),
+    script = [sys.executable, "-m", "nmt.average", str(run),
               "--last", "2"]  # fmt: skip
     for output, message in ((run / "checkpoints" / "last.pt", "holds a training state"),
                             (run / "checkpoints" / "step00000006.pt", "is the input file")):  # fmt: skip

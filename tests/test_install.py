@@ -1,6 +1,6 @@
 """The package works outside this checkout: a built wheel, installed into a fresh virtual
-environment, finds its Hydra configs through the package, and its console scripts run from an
-empty folder."""
+environment, finds its Hydra configs through the package, and its console scripts (train,
+translate, average, the length study, the explorer) run from an empty folder."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 
 
 @pytest.mark.slow
-def test_wheel_in_a_fresh_venv_trains_and_translates_from_an_empty_folder(tmp_path: Path) -> None:
+def test_wheel_in_a_fresh_venv_runs_every_command_from_an_empty_folder(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     build = [sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "-q", "-w", str(wheels)]
     try:  # offline-friendly: build with this environment's setuptools when it has a recent one
@@ -57,3 +57,18 @@ def test_wheel_in_a_fresh_venv_trains_and_translates_from_an_empty_folder(tmp_pa
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert page.returncode == 0 and int(page.stdout) > 1000, page.stderr[-3000:]
     assert (env_dir / "bin" / "nmt-demo").is_file()
+    # averaging the run's last two checkpoints (experiment=smoke keeps two)
+    average = subprocess.run([str(env_dir / "bin" / "nmt-average"), "run", "--last", "2"], cwd=empty,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert average.returncode == 0, average.stderr[-3000:]
+    assert (empty / "run" / "checkpoints" / "averaged.pt").is_file()
+    # the length study, tiny: both models, a few updates each, scored by length on the synthetic test set
+    study = subprocess.run([str(env_dir / "bin" / "nmt-study"), "--data", "synthetic", "--out", "study", "--budget",
+                            "max_steps=6", "--", "data.train_size=200", "data.valid_size=20", "data.test_size=60",
+                            "model.emb_dim=16", "model.encoder.hidden_dim=16", "model.decoder.hidden_dim=32",
+                            "train.threads=1", "train.eval_every=3"], cwd=empty, capture_output=True, text=True,
+                           timeout=900)  # fmt: skip
+    assert study.returncode == 0, study.stderr[-3000:]
+    assert (empty / "study" / "summary.md").is_file() and (empty / "study" / "test" / "bleu_by_length.png").is_file()
+    report = (empty / "study" / "test" / "seed1234" / "eval.json").read_text()
+    assert '"none"' in report and '"bahdanau"' in report

@@ -18,9 +18,12 @@ import pytest
 from conftest import CONFIG_DIR, REPO_ROOT
 from hydra import compose, initialize_config_dir
 
-DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+import nmt.study
+
+DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 APP = re.compile(r"(?:python|torchrun)\b.*?-m nmt\.(train|translate|evaluate|demo)\b(.*)")
-SCRIPT = re.compile(r"(?:python|torchrun)\b.*?\b(scripts/\w+\.py)\b(.*)")
+# the commands with an argparse command line: nmt.study, nmt.average and the developer scripts
+SCRIPT = re.compile(r"(?:python|torchrun)\b.*?\b(nmt\.(?:study|average)|scripts/\w+\.py)\b(.*)")
 BLOCK = re.compile(r"^```(?:bash|sh|console)\n(.*?)^```", re.S | re.M)
 
 
@@ -50,7 +53,7 @@ def test_the_documents_show_commands_of_every_app() -> None:
     apps = {app for _, app, _ in COMMANDS}
     assert {"train", "translate", "evaluate"} <= apps, apps
     assert len(COMMANDS) >= 20
-    assert {"scripts/bottleneck_study.py", "scripts/benchmark.py"} <= {script for _, script, _ in SCRIPTS}
+    assert {"nmt.study", "nmt.average", "scripts/benchmark.py"} <= {script for _, script, _ in SCRIPTS}
 
 
 def _sweep(overrides: list[str]) -> list[list[str]]:
@@ -81,7 +84,7 @@ class _Parsed(Exception):
 @pytest.mark.parametrize("where, script, arguments", SCRIPTS, ids=[where for where, _, _ in SCRIPTS])
 def test_documented_script_command_parses(where: str, script: str, arguments: list[str], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """The script's own argument parser accepts the documented options (and the study's checks of
+    """The command's own argument parser accepts the documented options (and the study's checks of
     them); it stops there, before any work."""
     parse = argparse.ArgumentParser.parse_args
 
@@ -92,7 +95,10 @@ def test_documented_script_command_parses(where: str, script: str, arguments: li
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
     monkeypatch.setattr(sys, "argv", [script, *arguments])
     with pytest.raises(_Parsed):
-        runpy.run_path(str(REPO_ROOT / script), run_name="__main__")
-    if script == "scripts/bottleneck_study.py":  # its own checks after parsing (seeds, --single-seed)
+        if script.startswith("nmt."):
+            runpy.run_module(script, run_name="__main__")
+        else:
+            runpy.run_path(str(REPO_ROOT / script), run_name="__main__")
+    if script == "nmt.study":  # its own checks after parsing (seeds, --single-seed)
         monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse)
-        runpy.run_path(str(REPO_ROOT / script))["parse_args"](arguments)
+        nmt.study.parse_args(arguments)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIG_DIR, REPO_ROOT, SmokeRun
+from conftest import CONFIG_DIR, SmokeRun
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -229,7 +229,7 @@ def test_averaged_checkpoints_load_and_translate(smoke_run: SmokeRun, tmp_path: 
     steps = sorted((smoke_run.folder / "checkpoints").glob("step*.pt"))
     assert len(steps) >= 2
     output = tmp_path / "averaged.pt"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "average_checkpoints.py"), str(smoke_run.folder),
+    proc = subprocess.run([sys.executable, "-m", "nmt.average", str(smoke_run.folder),
                            "--last", "2", "--output", str(output)], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     averaged = load_checkpoint(output)

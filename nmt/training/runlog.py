@@ -124,3 +124,67 @@ def read_run(run_dir: Path) -> RunRecord:
     if results.is_file():
         record.results = json.loads(results.read_text(encoding="utf-8"))
     return record
+
+
+# --------------------------------------------------------------------------- tables of runs
+
+
+def _fmt(value, spec: str) -> str:
+    """A table cell: ``value`` formatted, or ``-`` where it is missing."""
+    return "-" if value is None else format(value, spec)
+
+
+def training_row(run_dir: Path) -> dict:
+    """What a finished run's files say (:func:`read_run`): parameters, wall time (first
+    to last log line, training and the final test decoding), median logged target tokens/s, whether
+    it shared the machine (:meth:`RunRecord.machine`), best validation BLEU and the test
+    scores of its best checkpoint."""
+    record = read_run(run_dir)
+    return {"params": record.params, "minutes": record.minutes, "tokens_per_s": record.tokens_per_s,
+            "machine": record.machine(), **record.results}  # fmt: skip
+
+
+def training_table(rows: dict[tuple[str, int], dict], test_role: str = "test_2016_flickr") -> list[str]:
+    """A markdown table of :func:`training_row` results, one line per (model, seed)."""
+    out = ["| model | seed | parameters | updates | wall min | target tok/s | machine "
+           "| valid BLEU | test BLEU | test chrF |", "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    for (name, seed), row in rows.items():
+        out.append(
+            f"| {name} | {seed} | {_fmt(row.get('params'), ',')} | {_fmt(row.get('steps'), '.0f')}"
+            f" | {_fmt(row.get('minutes'), '.1f')} | {_fmt(row.get('tokens_per_s'), '.0f')} | {row.get('machine', '-')}"
+            f" | {_fmt(row.get('best_valid_bleu'), '.2f')} | {_fmt(row.get(f'{test_role}_bleu'), '.2f')}"
+            f" | {_fmt(row.get(f'{test_role}_chrf'), '.2f')} |"
+        )
+    return out
+
+
+def status_table(runs: dict[tuple[str, int], tuple[Path, dict]], jobs: int) -> list[str]:
+    """Where a long study stands: per (model, seed) -> (run folder, the config it trains), whether
+    the run is finished, partly trained (the share of its updates validated) or not started, and
+    the minutes left, estimated from its own pace up to its last validation or else from the
+    finished runs' median wall time (of the same model if there is one)."""
+    records = {key: read_run(run_dir) for key, (run_dir, _) in runs.items()}
+    finished = {key: r for key, r in records.items() if r.results and r.minutes}
+    lines = ["| model | seed | state | best valid BLEU | wall min | min left (estimate) |", "|---|---:|---|---:|---:|---:|"]
+    left_total = 0.0
+    for (model, seed), (_, config) in runs.items():
+        record, best = records[(model, seed)], max((b for _, b in records[(model, seed)].valid_bleu), default=None)
+        train = config["train"]
+        updates = train["max_steps"] or (
+            train["max_epochs"] * record.epoch_batches // train["accum_steps"] if record.epoch_batches else None)
+        done = record.valid_bleu[-1][0] if record.valid_bleu else 0
+        if record.results:
+            state, left = "finished", 0.0
+        elif done and updates:
+            pace = record.valid_minutes[-1] / done  # minutes an update, validation included
+            state, left = f"{100 * done / updates:.0f}% of {updates} updates", pace * (updates - done)
+        else:
+            state = "started, no validation yet" if record.epochs_started else "not started"
+            same = [r.minutes for (m, _), r in finished.items() if m == model] or [r.minutes for r in finished.values()]
+            left = statistics.median(same) if same else None
+        left_total += left or 0.0
+        lines.append(f"| {model} | {seed} | {state} | {_fmt(best, '.2f')} | {_fmt(record.minutes, '.1f')}"
+                     f" | {_fmt(left, '.0f')} |")  # fmt: skip
+    lines += ["", f"About {left_total:.0f} minutes of training left, {left_total / jobs:.0f} of wall time with "
+              f"--jobs {jobs} (estimates from the runs' logged pace; unknown ones count as 0)."]  # fmt: skip
+    return lines

@@ -1,7 +1,8 @@
-"""Average the weights of the last N checkpoints of a run into one checkpoint for ``nmt.translate``.
+"""``python -m nmt.average`` (console script ``nmt-average``): average the weights of the last N
+checkpoints of a run into one checkpoint for ``nmt.translate``.
 
-    python scripts/average_checkpoints.py RUN [--last 5] [--output RUN/checkpoints/averaged.pt]
-    python scripts/average_checkpoints.py a.pt b.pt c.pt --output averaged.pt
+    python -m nmt.average RUN [--last 5] [--output RUN/checkpoints/averaged.pt]
+    python -m nmt.average a.pt b.pt c.pt --output averaged.pt
 
 Averaging the parameters of the last checkpoints of a run usually translates a little better than
 any one of them (Junczys-Dowmunt et al. 2016; Vaswani et al. 2017, section 6.1). Training keeps them
@@ -20,11 +21,11 @@ from nmt.checkpoint import average_checkpoints, run_checkpoints
 from nmt.errors import command_errors
 from nmt.runtime import setup_logging
 
-log = logging.getLogger("average_checkpoints")
+log = logging.getLogger("nmt.average")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="nmt-average", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="a run folder, or checkpoint files")
     parser.add_argument("--last", type=int, default=5, help="how many of a run's last step*.pt to average")
     parser.add_argument("--output", type=Path, help="default: <run>/checkpoints/averaged.pt")

@@ -1,10 +1,9 @@
-"""The bottleneck study (scripts/bottleneck_study.py): on the synthetic task, whose sentences run to
+"""The bottleneck study (nmt/study.py): on the synthetic task, whose sentences run to
 60 words, the encoder-decoder without attention loses BLEU as sentences grow while the attentional
 model does not (Bahdanau et al. 2014, Figure 2; Cho et al. 2014)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,21 +15,14 @@ import numpy as np
 import pytest
 import yaml
 
+import nmt.study
 from nmt.evaluation.report import LengthSettings, score_systems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = REPO_ROOT / "scripts" / "bottleneck_study.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("bottleneck_study", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_budget_and_model_overrides() -> None:
-    study = load_script()
+    study = nmt.study
     assert study.budget_overrides(["max_steps=300", "max_epochs=2"]) == ["train.max_steps=300", "train.max_epochs=2"]
     for bad in (["steps=3"], ["max_steps"], ["max_steps=-1"]):
         with pytest.raises(SystemExit):
@@ -41,7 +33,7 @@ def test_budget_and_model_overrides() -> None:
 
 
 def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
-    study = load_script()
+    study = nmt.study
     for name in ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "test_2017_flickr.de", "test_2017_flickr.en",
                  "test_2018_flickr.de.gz", "val.de.gz", "val.en.gz"):  # fmt: skip
         (tmp_path / name).write_bytes(b"")
@@ -55,7 +47,7 @@ def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
 
 def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
     """The attention table's figures come from the run's own log and results.json."""
-    study = load_script()
+    study = nmt.study
     (tmp_path / "train.log").write_text(
         "[2026-11-30 10:00:00,001][nmt.train][INFO] - model: 7,978,560 parameters on cpu x 1 process(es)\n"
         "[2026-11-30 10:01:00,500][nmt.train][INFO] - update 50: loss 6.4, ppl 600.1, |g| 6.46, 2000 target tokens/s\n"
@@ -79,7 +71,7 @@ def test_training_row_reads_the_run_log_and_results(tmp_path: Path) -> None:
 def test_status_says_what_is_finished_and_estimates_the_time_left(tmp_path: Path) -> None:
     """A study that spans sessions: the finished run needs nothing, the half-trained one its own pace
     times the updates left, the one not started the finished runs' wall time."""
-    study = load_script()
+    study = nmt.study
     stamp = "[2026-11-30 10:{:02d}:00,000][nmt.train][INFO] - "
     logs = {
         ("none", 1): [stamp.format(0) + "epoch 1: 100 batches", stamp.format(10) + "validation at update 100: loss 3.0, "
@@ -104,7 +96,7 @@ def test_status_says_what_is_finished_and_estimates_the_time_left(tmp_path: Path
 
 def test_seeds_plan_the_runs() -> None:
     """Every model once per seed; --single-seed models with the first seed only."""
-    study = load_script()
+    study = nmt.study
     args = study.parse_args(["--data", "multi30k", "--out", "o", "--models", "none", "bahdanau", "luong_dot",
                              "--seeds", "7", "1", "2", "--single-seed", "luong_dot"])  # fmt: skip
     assert study.planned_runs(args) == {7: ["none", "bahdanau", "luong_dot"], 1: ["none", "bahdanau"],
@@ -116,7 +108,7 @@ def test_seeds_plan_the_runs() -> None:
 
 
 def test_runs_start_as_soon_as_any_finishes_and_a_failure_stops_the_rest(tmp_path: Path) -> None:
-    study = load_script()
+    study = nmt.study
     log = tmp_path / "log"
     append = lambda name, wait=0.0: [sys.executable, "-c", f"import time; time.sleep({wait}); open({str(log)!r}, 'a').write('{name}')"]  # noqa: E731, E501
     study.run_all([append("A", wait=3.0), append("B"), append("C")], jobs=2, poll_seconds=0.05)
@@ -135,8 +127,7 @@ def test_a_terminated_study_stops_its_trainings(tmp_path: Path) -> None:
     training = (f"import pathlib, signal, sys, time\n"
                 f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(stopped)!r}).touch(), sys.exit(0)))\n"
                 f"pathlib.Path({str(started)!r}).touch()\ntime.sleep(60)")  # fmt: skip
-    driver = (f"import importlib.util, sys\nspec = importlib.util.spec_from_file_location('s', {str(SCRIPT)!r})\n"
-              f"study = importlib.util.module_from_spec(spec); spec.loader.exec_module(study)\n"
+    driver = ("import sys\nimport nmt.study as study\n"
               f"study._exit_on_signals()\n"
               f"study.run_all([[sys.executable, '-c', {training!r}]], 1, poll_seconds=0.05)")  # fmt: skip
     process = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.PIPE, text=True)
@@ -153,7 +144,7 @@ def test_a_terminated_study_stops_its_trainings(tmp_path: Path) -> None:
 def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path: Path) -> None:
     """The study reuses a finished run only if it trained what the command asks for: where it ran
     and how fast may differ, the seed, budget or model may not."""
-    study = load_script()
+    study = nmt.study
     overrides = ["experiment=synthetic_bottleneck", "train.patience=0", *study.MODELS["bahdanau"], "train.seed=1"]
     expected = study.expected_config(overrides)
     saved = study.expected_config([*overrides[:-1], "train.seed=2", "train.threads=2", "data.cache_dir=/elsewhere"])
@@ -192,7 +183,7 @@ def _seed_report(seed: int, quality: dict[str, float], bins: tuple[int, ...] = (
 
 
 def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
-    study = load_script()
+    study = nmt.study
     reports = {1: _seed_report(1, {"none": 0.8, "bahdanau": 0.9}), 2: _seed_report(2, {"none": 0.8, "bahdanau": 0.9}),
                3: _seed_report(3, {"none": 0.7, "bahdanau": 0.95, "luong_dot": 0.9})}  # fmt: skip
     summary = study.aggregate(reports, "none")
@@ -238,7 +229,7 @@ def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
 def test_the_length_result_skips_a_last_bin_with_too_few_sentences() -> None:
     """Multi30k's 25+ bin holds 4 test sentences: 'retained' then compares the longest bin that
     holds at least min_count (30) sentences with the first."""
-    study = load_script()
+    study = nmt.study
     reports = {s: _seed_report(s, {"none": 0.8, "bahdanau": 0.9}, bins=(10, 20, 30, 37)) for s in (1, 2)}
     summary = study.aggregate(reports, "none")
     view = summary["binnings"]["source"]
@@ -256,7 +247,7 @@ def test_the_length_result_skips_a_last_bin_with_too_few_sentences() -> None:
 def test_a_seeds_evaluation_is_reused_only_for_the_same_checkpoints_and_settings(tmp_path: Path) -> None:
     """Rebuilding a finished study's tables decodes nothing again; a retrained model, another beam,
     other bins or other models do."""
-    study = load_script()
+    study = nmt.study
     checkpoints = {}
     for name in ("none", "bahdanau"):
         checkpoints[name] = study.run_path(tmp_path, name, 1) / "checkpoints" / "best.pt"
@@ -307,7 +298,7 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     3-6 there and 11-19 on sentences under 20 words; the thresholds leave wide margins.
     """
     out = tmp_path / "study"
-    command = [sys.executable, str(SCRIPT), "--data", "synthetic", "--out", str(out),
+    command = [sys.executable, "-m", "nmt.study", "--data", "synthetic", "--out", str(out),
                "--cache-dir", str(tmp_path / "cache"), "--budget", "max_steps=1600", "--",
                "data.train_size=4000", "train.eval_every=100"]  # the small budget; the README's is larger  # fmt: skip
     result = _run_study(command, tmp_path, timeout=1800)

@@ -1,0 +1,384 @@
+"""``python -m nmt.study`` (console script ``nmt-study``), the bottleneck study: train the
+encoder-decoder without attention and with attention under one budget, once per seed, then score
+every model on the test split(s) by sentence length (Bahdanau et al. 2014, Figure 2) and report
+each bin's mean and standard deviation over the seeds. :func:`main` reads as the study runs:
+:class:`Plan`, :func:`train`, :func:`evaluate` per split, :func:`report`.
+
+    python -m nmt.study --data synthetic --out runs/bottleneck_synthetic --seeds 1 2 3
+    python -m nmt.study --data multi30k --data-dir /path/to/multi30k \\
+        --out runs/bottleneck_multi30k --budget max_epochs=15
+
+Every model is trained by ``python -m nmt.train`` with the same experiment, the same budget
+(``--budget`` sets ``train.max_steps``/``train.max_epochs``; early stopping is off so that no model
+stops sooner) and, per seed, the same ``train.seed``; only ``model/attention`` and
+``model/decoder`` differ. ``--single-seed`` models are trained with the first seed only (the
+costly ones of a large study). Then, per seed, ``python -m nmt.evaluate`` decodes each split with
+that seed's checkpoints; the first model is the baseline of the paired tests. Layout:
+
+    OUT/runs/<model>/seed<S>/    training run (checkpoints, train.log, tensorboard, results.json)
+    OUT/<split>/seed<S>/         nmt.evaluate of seed S: eval.json (bootstrap intervals, paired
+                                 tests), bleu_by_length.png, alignments_<model>.png, hypotheses/
+    OUT/<split>/eval.json        per model and bin, by source and by reference length: the mean and
+                                 standard deviation over seeds and every seed's BLEU, interval and
+                                 Holm-adjusted p-value (layout: :func:`aggregate`)
+    OUT/<split>/bleu_by_length.png, bleu_by_reference_length.png
+                                 the mean over seeds, with a +-1 sd band where there are seeds
+    OUT/summary.md               the command, every run's training (parameters, wall time, tokens/s,
+                                 validation and test scores), the tables over seeds, and each
+                                 seed's nmt.evaluate table
+
+A finished run (``results.json`` present) is reused, after checking that its config is the one
+this command would train (settings of where and how fast it ran aside, :data:`INCIDENTAL`); an
+unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A seed's
+``eval.json`` is reused when it scores the same checkpoints, written after them, on the same split
+with the same bins and beam (:func:`evaluation_is_current`). A killed study is resumed, or a
+finished one's tables rebuilt, by running the same command again.
+
+``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
+``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from nmt.checkpoint import upgrade_config
+from nmt.data.corpora import MULTI30K_SPLITS
+from nmt.evaluation.report import format_report
+from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, overall_table
+from nmt.files import atomic_write_text, check_output_dir
+from nmt.plotting import save_figure
+from nmt.runtime import CONFIG_DIR
+from nmt.training.checks import flatten
+from nmt.training.runlog import read_run, status_table, training_row, training_table
+
+# model name -> the overrides that select it (everything else comes from the experiment); the
+# decoder is always named, so that a model means the same whichever decoder the experiment has
+MODELS = {
+    "none": ["model/attention=none", "model/decoder=bahdanau"],
+    "none_luong_dec": ["model/attention=none", "model/decoder=luong"],
+    "bahdanau": ["model/attention=bahdanau", "model/decoder=bahdanau"],
+    "bahdanau_luong_dec": ["model/attention=bahdanau", "model/decoder=luong"],
+    "luong_general": ["model/attention=luong_general", "model/decoder=luong"],
+    "luong_dot": ["model/attention=luong_dot", "model/decoder=luong"],
+    "scaled_dot": ["model/attention=scaled_dot", "model/decoder=bahdanau"],
+    "scaled_dot_luong_dec": ["model/attention=scaled_dot", "model/decoder=luong"],
+}
+EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
+DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
+DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
+# settings that say where or how fast a run ran, not what it learned: a finished run is reused
+# whatever they were
+INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.decode_batch_size", "train.log_every",
+              "train.keep_checkpoints", "train.num_heatmaps", "train.dist_backend", "data.dir", "data.cache_dir",
+              "data.num_proc", "data.hf_cache_dir", "data.test_splits")  # fmt: skip
+SAMPLE_SIZE = "data.vocab.sample_size"  # shapes the subwords only of a corpus larger than it
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nmt-study", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", choices=sorted(EXPERIMENTS), required=True)
+    parser.add_argument("--experiment", help="the experiment config every model starts from (default: synthetic_"
+                        "bottleneck or multi30k_de_en)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs, figures and tables")
+    parser.add_argument("--data-dir", help="multi30k: folder holding the task-1 raw files (data.dir)")
+    parser.add_argument("--models", nargs="+", default=["none", "bahdanau"], choices=sorted(MODELS),
+                        help="models to train; the first is the baseline of the paired tests")  # fmt: skip
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1234], help="train.seed values: every model is "
+                        "trained once per seed (default: 1234)")  # fmt: skip
+    parser.add_argument("--single-seed", nargs="+", default=[], metavar="MODEL", help="models trained with the "
+                        "first seed only")  # fmt: skip
+    parser.add_argument("--budget", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="max_steps=N and/or max_epochs=N for every model (default: the experiment's)")  # fmt: skip
+    parser.add_argument("--splits", nargs="+", help="splits to evaluate (default: every test split present)")
+    parser.add_argument("--bins", help="nmt.evaluate bins= (default: synthetic [10,20,30,40,50], multi30k "
+                        "[10,15,20,25])")  # fmt: skip
+    parser.add_argument("--beam-size", type=int, help="beam of the evaluation (default: multi30k 5, synthetic 1 "
+                        "= greedy, as the toy task is deterministic)")  # fmt: skip
+    parser.add_argument("--cache-dir", help="data.cache_dir (subword models, tokenized data)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once (give each one thread with "
+                        "train.threads=1; 2 halves the wall time on a 2-core machine)")  # fmt: skip
+    parser.add_argument("--status", action="store_true", help="print what is finished, what is partly trained "
+                        "and an estimate of the time left, then stop (trains and decodes nothing)")  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
+    args = parser.parse_args(argv)
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed is given twice")
+    unknown = sorted(set(args.single_seed) - set(args.models))
+    if unknown:
+        parser.error(f"--single-seed {' '.join(unknown)}: not among --models {' '.join(args.models)}")
+    return args
+
+
+def budget_overrides(budget: list[str]) -> list[str]:
+    out = []
+    for item in budget:
+        key, sep, value = item.partition("=")
+        if key not in ("max_steps", "max_epochs") or not sep or not value.isdigit():
+            raise SystemExit(f"--budget {item!r}: use max_steps=N and/or max_epochs=N")
+        out.append(f"train.{key}={value}")
+    return out
+
+
+def planned_runs(args: argparse.Namespace) -> dict[int, list[str]]:
+    """seed -> the models trained with it, in ``--models`` order."""
+    return {seed: [m for m in args.models if i == 0 or m not in args.single_seed] for i, seed in enumerate(args.seeds)}
+
+
+def run_path(out: Path, model: str, seed: int) -> Path:
+    return out / "runs" / model / f"seed{seed}"
+
+
+def test_splits(args: argparse.Namespace) -> list[str]:
+    """The splits to evaluate: those asked for, else synthetic ``test``, else every Multi30k test
+    split whose German and English files are in ``--data-dir`` (test_2016_flickr without one)."""
+    if args.splits:
+        return args.splits
+    if args.data == "synthetic":
+        return ["test"]
+    if not args.data_dir:
+        return ["test_2016_flickr"]
+    folder = Path(args.data_dir)
+    present = lambda split, lang: any((folder / f"{split}.{lang}{ext}").is_file() for ext in (".gz", ""))  # noqa: E731
+    found = [s for s in MULTI30K_SPLITS if s not in ("train", "val") and present(s, "de") and present(s, "en")]
+    return found or ["test_2016_flickr"]
+
+
+# --------------------------------------------------------------------------- reusing finished runs
+
+
+def expected_config(overrides: list[str]) -> dict:
+    """The resolved ``nmt.train`` config that ``overrides`` compose (what a new run would train)."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return OmegaConf.to_container(compose("train", overrides=overrides), resolve=True)
+
+
+def run_differences(run_dir: Path, expected: dict) -> list[str]:
+    """Where a finished run's ``config.yaml`` differs from ``expected`` in a setting that shapes what
+    it learned, as ``key: run's -> expected``. Keys that only one side has (added to nmt since the
+    run, with the value it ran with) and :data:`INCIDENTAL` ones are left out."""
+    saved = upgrade_config(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True))
+    old, new = flatten(saved), flatten(expected)
+    keys = sorted(k for k in old.keys() & new.keys() if k.split(".")[0] in ("model", "data", "train"))
+    differ = [k for k in keys if k not in INCIDENTAL and old[k] != new[k]]
+    pairs = read_run(run_dir).train_pairs
+    if pairs is not None and min(old.get(SAMPLE_SIZE, 0), new.get(SAMPLE_SIZE, 0)) >= pairs:
+        differ = [k for k in differ if k != SAMPLE_SIZE]  # sentencepiece read the whole corpus either way
+    return [f"{k}: {old[k]!r} -> {new[k]!r}" for k in differ]
+
+
+# --------------------------------------------------------------------------- running the commands
+
+
+def run(command: list[str]) -> str:
+    """Run a command, echo it, let its stderr through, return its stdout; stop on failure."""
+    print("+", shlex.join(command), file=sys.stderr, flush=True)
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"failed (exit {result.returncode}): {shlex.join(command)}")
+    return result.stdout
+
+
+def run_all(commands: list[list[str]], jobs: int, poll_seconds: float = 1.0) -> None:
+    """Run commands ``jobs`` at a time (their output passes through), starting the next one as soon
+    as any finishes; stop at the first failure.
+
+    The commands run in sessions of their own, so a Ctrl-C in the terminal reaches this process
+    only; however it stops (a failure, Ctrl-C, SIGTERM or SIGHUP: see :func:`_exit_on_signals`) it
+    sends each command still running one SIGTERM, on which ``nmt.train`` saves for resume, and waits
+    for it. Only a SIGKILL of this process leaves them running.
+    """
+    pending, running = list(commands), []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                command = pending.pop(0)
+                print("+", shlex.join(command), file=sys.stderr, flush=True)
+                running.append((command, subprocess.Popen(command, start_new_session=True)))
+            done = [(command, process) for command, process in running if process.poll() is not None]
+            if not done:
+                time.sleep(poll_seconds)
+                continue
+            for command, process in done:
+                running.remove((command, process))
+                if process.returncode != 0:
+                    raise SystemExit(f"failed (exit {process.returncode}): {shlex.join(command)}")
+    finally:
+        for _, process in running:
+            process.terminate()
+        for _, process in running:
+            try:
+                process.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _exit_on_signals() -> None:
+    """SIGTERM and SIGHUP (``kill PID``, a closed terminal) end this process as Ctrl-C does, through
+    ``finally`` blocks, so :func:`run_all` stops its trainings cleanly."""
+
+    def stop(signum: int, frame) -> None:
+        raise SystemExit(f"stopped by {signal.Signals(signum).name}; run the same command again to resume")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+
+
+def evaluation_is_current(seed_dir: Path, checkpoints: dict[str, Path], split: str, bins: str, beam: int) -> bool:
+    """Whether ``seed_dir/eval.json`` already scores ``checkpoints`` (name -> path, in order) on
+    ``split`` with these bins and beam, and was written after every checkpoint (a retrained model
+    is decoded again)."""
+    path = seed_dir / "eval.json"
+    if not path.is_file():
+        return False
+    report = json.loads(path.read_text(encoding="utf-8"))
+    systems = report.get("systems", {})
+    spec = json.loads(bins) if bins.startswith("[") else bins  # "[10,15]" or "quantile:K"
+    if list(systems) != list(checkpoints) or report.get("split") != split or report.get("bin_spec") != spec:
+        return False
+    written = path.stat().st_mtime
+    return all(
+        system.get("checkpoint") == str(ckpt) and (system.get("search") or {}).get("beam_size") == beam
+        and ckpt.is_file() and ckpt.stat().st_mtime < written
+        for system, ckpt in zip(systems.values(), checkpoints.values())
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the study: plan, train, evaluate, report
+
+
+class Plan:
+    """What a study command asks for: the runs (model, seed) -> (folder, overrides), the splits to
+    score, the bins and the beam of the evaluation.
+
+    :param args: the parsed command line (:func:`parse_args`).
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.out = args, args.out.resolve()
+        common = [f"experiment={args.experiment or EXPERIMENTS[args.data]}", "train.patience=0"]
+        common += budget_overrides(args.budget)
+        if args.data_dir:
+            common.append(f"data.dir={Path(args.data_dir).resolve()}")
+        if args.cache_dir:
+            common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
+        self.common = common + args.overrides
+        self.seeds = planned_runs(args)
+        self.runs = {(name, seed): (run_path(self.out, name, seed), [*self.common, *MODELS[name], f"train.seed={seed}"])
+                     for seed, models in self.seeds.items() for name in models}  # fmt: skip
+        self.splits = test_splits(args)
+        self.bins, self.beam = args.bins or DEFAULT_BINS[args.data], args.beam_size or DEFAULT_BEAM[args.data]
+
+
+def train(plan: Plan) -> None:
+    """Train every run that has not finished (``--jobs`` at a time), after checking that each
+    finished one was trained with the config this study asks for."""
+    training = []
+    for run_dir, overrides in plan.runs.values():
+        if (run_dir / "results.json").is_file():
+            differences = run_differences(run_dir, expected_config(overrides))
+            if differences:
+                raise SystemExit(f"{run_dir} finished with another config than this study's: "
+                                 f"{'; '.join(differences)}. Remove that folder to train it again, or "
+                                 "give another --out")  # fmt: skip
+            print(f"reusing {run_dir} (finished)", file=sys.stderr)
+            continue
+        training.append([sys.executable, "-m", "nmt.train", *overrides, "train.resume=auto",
+                         f"hydra.run.dir={run_dir}"])  # fmt: skip
+    _exit_on_signals()
+    run_all(training, plan.args.jobs)
+
+
+def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
+    """Every seed's ``nmt.evaluate`` of ``split`` (reused when current): seed -> report, seed -> table."""
+    reports, tables = {}, {}
+    out, args = plan.out, plan.args
+    for seed, models in plan.seeds.items():
+        checkpoints = {name: run_path(out, name, seed) / "checkpoints" / "best.pt" for name in models}
+        seed_dir = out / split / f"seed{seed}"
+        if evaluation_is_current(seed_dir, checkpoints, split, plan.bins, plan.beam):
+            print(f"reusing {seed_dir / 'eval.json'} (the same checkpoints and settings)", file=sys.stderr)
+            reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+            tables[seed] = format_report(reports[seed]).rstrip()
+            continue
+        ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
+        command = [
+            sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={seed_dir}",
+            f"bins={plan.bins}", f"search.beam_size={plan.beam}",
+            f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
+        ]  # fmt: skip
+        if args.data_dir:
+            command.append(f"data_dir={Path(args.data_dir).resolve()}")
+        if args.cache_dir:
+            command.append(f"cache_dir={Path(args.cache_dir).resolve()}")
+        tables[seed] = run(command).rstrip()
+        reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+    return reports, tables
+
+
+def report(plan: Plan, argv: list[str]) -> None:
+    """``summary.md`` (the command, every run's training, the tables over seeds, each seed's table),
+    and per split ``eval.json`` and the plots over seeds."""
+    out, args = plan.out, plan.args
+    rows = {key: training_row(run_dir) for key, (run_dir, _) in plan.runs.items()}
+    summary = [
+        f"# Bottleneck study ({args.data})", "",
+        "```", shlex.join(["python", "-m", "nmt.study", *argv]), "```",
+        "", f"Training overrides shared by every model: `{' '.join(plan.common)}`, and `train.seed=S` per seed", "",
+        *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
+        "## Training", "", *training_table(rows, plan.splits[0]), "",
+        "machine: the median 1-minute load average while it trained; *shared* where it exceeded the run's own "
+        "threads, i.e. other processes took cores too and its wall time and tokens/s are not the machine's "
+        "(`-`: a log from before the load was logged).", "",
+    ]  # fmt: skip
+    for split in plan.splits:
+        reports, tables = evaluate(plan, split)
+        result = aggregate(reports, args.models[0])
+        atomic_write_text(out / split / "eval.json", json.dumps(result, indent=2) + "\n")
+        for bin_by, name in (("source", "bleu_by_length"), ("reference", "bleu_by_reference_length")):
+            save_figure(aggregate_figure(result, bin_by, split), out / split / f"{name}.png")
+        over_seeds = [f"## {split}", "",
+                      f"Corpus BLEU per bin, mean ± sd over seeds ({', '.join(map(str, args.seeds))}); (k/n): the "
+                      f"difference to {args.models[0]} is significant in k of n seeds (paired bootstrap, Holm-adjusted "
+                      "over the bins, p < 0.05).", "", *overall_table(result, rows), ""]  # fmt: skip
+        for bin_by in ("source", "reference"):
+            over_seeds += aggregate_table(result, bin_by) + [""]
+        over_seeds += [f"![BLEU by source length]({split}/bleu_by_length.png)", ""]
+        for seed, table in tables.items():
+            over_seeds += [f"### {split}, seed {seed}", "", "```", table, "```", "",
+                           f"![BLEU by length, seed {seed}]({split}/seed{seed}/bleu_by_length.png)", ""]  # fmt: skip
+        print("\n".join(over_seeds), flush=True)
+        summary += over_seeds
+    atomic_write_text(out / "summary.md", "\n".join(summary) + "\n")
+    print(f"\nwrote {out / 'summary.md'}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        check_output_dir(args.out, "--out")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    plan = Plan(args)
+    if args.status:
+        runs = {key: (run_dir, expected_config(overrides)) for key, (run_dir, overrides) in plan.runs.items()}
+        print("\n".join(status_table(runs, args.jobs)))
+        return
+    train(plan)
+    report(plan, argv)
+
+
+if __name__ == "__main__":
+    main()
