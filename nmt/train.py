@@ -3,8 +3,8 @@ bottom: check the config and the run folder, build the :class:`~nmt.training.tra
 optimizer), open the run folder, then for every update train, validate when due, and stop on a
 signal; finally score the test splits.
 
-A run folder holds ``config.yaml``, ``.hydra/``, ``train.log``, ``checkpoints/{best,last}.pt``,
-``tensorboard/``, ``hypotheses/`` and ``results.json``. Nothing is written into it until the
+A run folder holds ``config.yaml``, ``.hydra/``, ``train.log``, ``metrics.jsonl``,
+``checkpoints/{best,last}.pt``, ``tensorboard/``, ``hypotheses/`` and ``results.json``. Nothing is written into it until the
 config, the data and a resumed checkpoint are accepted, so a refused or failed start leaves an
 existing folder as it was and removes the folder it was given if that was made for it. A folder
 that holds a run (checkpoints or results) is never trained into by accident: only
@@ -34,6 +34,7 @@ from nmt.runtime import CONFIG_DIR, RUN_LOG_FORMAT, seed_everything, set_threads
 from nmt.training import distributed
 from nmt.training.checks import resume_changes, validate_config
 from nmt.training.distributed import Dist
+from nmt.training.runlog import METRICS, convert_log
 from nmt.training.trainer import Progress, Trainer, stop_reason
 
 log = logging.getLogger("nmt.train")
@@ -120,7 +121,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 # What a run leaves in its folder that another run must not mix with or replace.
 RUN_OUTPUTS = ("checkpoints", "results.json", "hypotheses")
 # Everything a run writes, deleted by train.overwrite=true.
-RUN_FILES = ("checkpoints", "hypotheses", "tensorboard", ".hydra", "results.json", "train.log", "config.yaml")
+RUN_FILES = ("checkpoints", "hypotheses", "tensorboard", ".hydra", "results.json", "train.log", "metrics.jsonl",
+             "config.yaml")
 
 
 def run_outputs(run_dir: Path) -> list[str]:
@@ -266,6 +268,8 @@ def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, e
             handler.close()
         return
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    if resume is not None and convert_log(run_dir):  # a run from before metrics.jsonl: its record stays whole
+        log.info("wrote %s from the run's train.log", run_dir / METRICS)
     setup_logging(run_dir / "train.log", RUN_LOG_FORMAT)
     log_file = next(h for h in logging.getLogger().handlers if getattr(h, "baseFilename", None)
                     == str((run_dir / "train.log").resolve()))  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from nmt.training.runlog import read_run
+from nmt.training.runlog import convert_log, read_metrics, read_run
 
 LOG = (
     "[2026-11-30 10:00:00,001][nmt.train][INFO] - model: 12,277,056 parameters on cpu x 1 process(es)\n"
@@ -104,3 +104,25 @@ def test_tuning_log_prints_every_validation_and_the_test_score_once(tmp_path: Pa
     missing = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "tuning_log.py"), str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 2 and "no train.log" in missing.stderr
+
+
+def test_a_run_writes_its_record_as_data_and_the_record_reads_back(smoke_run) -> None:
+    """metrics.jsonl holds what train.log says in words: the reader finds the same figures in it."""
+    records = read_metrics(smoke_run.folder / "metrics.jsonl")
+    events = [r["event"] for r in records]
+    assert events[0] == "start" and events.count("end") == 1 and "test" in events
+    valid = [r for r in records if r["event"] == "valid"]
+    log = (smoke_run.folder / "train.log").read_text()
+    assert [f"validation at update {r['step']}: loss {r['loss']:.4f}" in log for r in valid] == [True] * len(valid)
+    record = read_run(smoke_run.folder)
+    results = json.loads((smoke_run.folder / "results.json").read_text())
+    assert record.valid_bleu[-1][0] == results["steps"]
+    assert max(b for _, b in record.valid_bleu) == results["best_valid_bleu"]
+    assert record.params == records[0]["params"] > 0 and record.tokens_per_s > 0 and record.minutes > 0
+
+
+def test_an_old_run_folder_reads_from_its_log_and_is_converted_once(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path, finished=True)
+    from_log = read_run(folder)
+    assert convert_log(folder) and not convert_log(folder)  # once
+    assert read_run(folder) == from_log  # the same record, now read from metrics.jsonl

@@ -1,7 +1,8 @@
 """The training loop's machinery: one update (:func:`train_update`), and the :class:`Trainer` that
 holds the model, optimizer, schedule, moving average and progress of a run and does its
-bookkeeping: counting updates, logging, validating, checkpointing, resuming and the final test
-scores. :func:`nmt.train.train` drives it; this module has no command line.
+bookkeeping: counting updates, logging (``train.log`` for people, ``metrics.jsonl`` for programs:
+:mod:`nmt.training.runlog`), validating, checkpointing, resuming and the final test scores.
+:func:`nmt.train.train` drives it; this module has no command line.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from nmt.search import SearchSettings, greedy_search
 from nmt.training.checks import flatten
 from nmt.training.distributed import Dist
 from nmt.training.ema import WeightAverage
+from nmt.training.runlog import METRICS, MetricsLog
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")
@@ -141,12 +143,16 @@ def cpu_load() -> float | None:
         return None
 
 
-def _log_train(writer: SummaryWriter, step: int, stats: UpdateStats, lr: float, tok_s: float, threads: int) -> None:
-    """One log line per ``train.log_every`` updates; ``threads``: the run's own (all its processes')."""
+def _log_train(writer: SummaryWriter, metrics: MetricsLog, step: int, stats: UpdateStats, lr: float, tok_s: float,
+               threads: int) -> None:  # fmt: skip
+    """One log line, ``metrics.jsonl`` record and set of TensorBoard points per ``train.log_every``
+    updates; ``threads``: the run's own (all its processes')."""
     load = cpu_load()
     machine = "" if load is None else f"; CPU load {load:.2f} (cores {os.cpu_count()}, run threads {threads})"
     log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s%s",
              step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s, machine)  # fmt: skip
+    metrics.write("train", step=step, loss=stats.loss, ppl=perplexity(stats.nll), lr=lr, grad_norm=stats.grad_norm,
+                  tgt_tokens_per_s=tok_s, cpu_load=load, cores=os.cpu_count(), threads=threads)  # fmt: skip
     if load is not None:
         writer.add_scalar("train/cpu_load", load, step)
     writer.add_scalar("train/loss", stats.loss, step)
@@ -220,6 +226,7 @@ class Trainer:
                  f"{self.model.num_parameters():,}", job.device, job.world_size, _describe(cfg.model),
                  cfg.data.max_tokens, job.world_size, self.tcfg.accum_steps)  # fmt: skip
         self.writer: SummaryWriter | None = None  # made by open(), once the run folder is opened
+        self.metrics = MetricsLog(None)  # the same
         self.reason = stop_reason(self.progress, self.tcfg)
         self.done, self.end_of_epoch = self.reason is not None, False
         self.groups: list[list[np.ndarray]] = []
@@ -230,6 +237,9 @@ class Trainer:
         """Start writing TensorBoard events (rank 0), once :func:`nmt.train.open_run` accepted the folder."""
         if self.job.is_main:
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.progress.step or None)
+            self.metrics = MetricsLog(self.run_dir / METRICS)
+            self.metrics.write("start", step=self.progress.step, params=self.model.num_parameters(),
+                               train_pairs=len(self.data.train), world_size=self.job.world_size)  # fmt: skip
 
     # ----------------------------------------------------------------- the loop's steps
 
@@ -243,6 +253,7 @@ class Trainer:
         if p.update_in_epoch == 0:
             log.info("epoch %d: %d batches, %.1f%% padding", p.epoch + 1, len(batches),
                      100 * self.data.train.padding_fraction(batches))  # fmt: skip
+            self.metrics.write("epoch", epoch=p.epoch + 1, batches=len(batches))
         mine = shard(batches, self.job.rank, self.job.world_size)
         self.groups = [mine[i : i + tcfg.accum_steps] for i in range(0, len(mine), tcfg.accum_steps)]
         self.bar = tqdm(total=len(self.groups), initial=p.update_in_epoch, desc=f"epoch {p.epoch + 1}", leave=False,
@@ -301,7 +312,8 @@ class Trainer:
     def _log(self, stats: UpdateStats) -> None:
         tok_s = self.rate.take() * self.job.world_size
         threads = torch.get_num_threads() * self.job.world_size  # every process of a one-machine job
-        _log_train(self.writer, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s, threads)
+        _log_train(self.writer, self.metrics, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s,
+                   threads)  # fmt: skip
         self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
 
     def validation_due(self) -> bool:
@@ -318,7 +330,8 @@ class Trainer:
         bleu = 0.0
         if self.job.is_main:
             with self._averaged():
-                bleu = _validate(self.model, self.data, self.val_settings, self.cfg, self.writer, p.step, self.run_dir)
+                bleu = _validate(self.model, self.data, self.val_settings, self.cfg, self.writer, self.metrics, p.step,
+                                 self.run_dir)  # fmt: skip
         bleu = self.job.broadcast(bleu)
         if isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step(bleu)
@@ -353,7 +366,9 @@ class Trainer:
                  p.step, p.skipped_updates, self.reason, p.best_bleu)  # fmt: skip
         if not self.job.is_main:
             return {"best_valid_bleu": p.best_bleu, "steps": float(p.step)}
-        results = _final_evaluation(self.model, self.data, self.settings, self.cfg, self.run_dir, p)
+        self.metrics.write("end", step=p.step, reason=self.reason, best_valid_bleu=p.best_bleu,
+                           skipped_updates=p.skipped_updates)  # fmt: skip
+        results = _final_evaluation(self.model, self.data, self.settings, self.cfg, self.run_dir, p, self.metrics)
         self.writer.add_hparams(_hparams(self.cfg), {"hparam/best_valid_bleu": p.best_bleu}, run_name=".")
         self.writer.close()
         atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
@@ -385,7 +400,7 @@ class Trainer:
 # --------------------------------------------------------------------------- what the trainer calls
 
 
-def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, step: int, run_dir: Path) -> float:
+def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, metrics: MetricsLog, step: int, run_dir: Path) -> float:
     """Loss, perplexity, BLEU and chrF on the validation split; hypotheses and heatmaps saved."""
     device = next(model.parameters()).device
     valid, _, references = data.evaluation["valid"]
@@ -400,9 +415,10 @@ def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, step: int, ru
     writer.add_scalar("valid/chrf", scores.chrf, step)
     if model.decoder.attention.has_alignment:
         _log_heatmaps(model, valid, data, settings, cfg.train.num_heatmaps, writer, step, device)
+    seconds = time.perf_counter() - start
     log.info("validation at update %d: loss %.4f, ppl %.2f, BLEU %.2f, chrF %.2f (%.1fs) [%s]",
-             step, nll, perplexity(nll), scores.bleu, scores.chrf, time.perf_counter() - start,
-             scores.bleu_signature)  # fmt: skip
+             step, nll, perplexity(nll), scores.bleu, scores.chrf, seconds, scores.bleu_signature)  # fmt: skip
+    metrics.write("valid", step=step, loss=nll, ppl=perplexity(nll), bleu=scores.bleu, chrf=scores.chrf, seconds=seconds)
     return scores.bleu
 
 
@@ -419,7 +435,8 @@ def _log_heatmaps(model, valid: PairData, data: Splits, settings, count: int, wr
         writer.add_figure(f"attention/valid_{i}", fig, step)  # closes the figure
 
 
-def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path, progress: Progress) -> dict:
+def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path, progress: Progress,
+                      metrics: MetricsLog) -> dict:  # fmt: skip
     """Score the best checkpoint on every test split; hypotheses go to ``hypotheses/<split>.txt``."""
     device = next(model.parameters()).device
     best = run_dir / "checkpoints" / "best.pt"
@@ -434,6 +451,7 @@ def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path
         atomic_write_text(run_dir / "hypotheses" / f"{role}.txt", "".join(h + "\n" for h in hyps))
         results[f"{role}_bleu"], results[f"{role}_chrf"] = scores.bleu, scores.chrf
         log.info("%s: BLEU %.2f, chrF %.2f [%s]", role, scores.bleu, scores.chrf, scores.bleu_signature)
+        metrics.write("test", split=role, bleu=scores.bleu, chrf=scores.chrf)
         results["bleu_signature"] = scores.bleu_signature
     results["checkpoint"] = str(best) if best.exists() else "the final weights"
     results["search"] = asdict(settings)  # the decoding of these scores
