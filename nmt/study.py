@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -194,7 +195,7 @@ def run_all(commands: list[list[str]], jobs: int, poll_seconds: float = 1.0) -> 
     """Run commands ``jobs`` at a time (their output passes through), starting the next one as soon
     as any finishes; stop at the first failure.
 
-    The commands run in sessions of their own, so a Ctrl-C in the terminal reaches this process
+    The commands run in process groups of their own, so a Ctrl-C in the terminal reaches this process
     only; however it stops (a failure, Ctrl-C, SIGTERM or SIGHUP: see :func:`_exit_on_signals`) it
     sends each command still running one SIGTERM, on which ``nmt.train`` saves for resume, and waits
     for it. Only a SIGKILL of this process leaves them running.
@@ -205,7 +206,7 @@ def run_all(commands: list[list[str]], jobs: int, poll_seconds: float = 1.0) -> 
             while pending and len(running) < jobs:
                 command = pending.pop(0)
                 print("+", shlex.join(command), file=sys.stderr, flush=True)
-                running.append((command, subprocess.Popen(command, start_new_session=True)))
+                running.append((command, subprocess.Popen(command, preexec_fn=os.setpgrp)))
             done = [(command, process) for command, process in running if process.poll() is not None]
             if not done:
                 time.sleep(poll_seconds)
