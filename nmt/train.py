@@ -26,16 +26,21 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from nmt.checkpoint import load_checkpoint
+from nmt.data.batches import Splits, prepare_data
 from nmt.errors import ConfigError, command_errors
 from nmt.files import atomic_write_text
+from nmt.model import Seq2Seq, build_model
 from nmt.runtime import CONFIG_DIR, RUN_LOG_FORMAT, seed_everything, set_threads, setup_logging
 from nmt.training import distributed
 from nmt.training.checks import resume_changes, validate_config
 from nmt.training.distributed import Dist
 from nmt.training.runlog import METRICS, convert_log
 from nmt.training.trainer import Progress, Trainer, stop_reason
+from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")
 
@@ -89,7 +94,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             return _already_finished(run_dir, resume)
         seed_everything(cfg.train.seed + job.rank)  # different dropout masks on each rank
         set_threads(cfg.train.threads)
-        trainer = Trainer(cfg, run_dir, job, (resume.path, resume.payload) if resume else None)
+        data, model, optimizer, scheduler = build(cfg, job, resume)
+        trainer = Trainer(cfg, run_dir, job, data, model, optimizer, scheduler,
+                          (resume.path, resume.payload) if resume else None)  # fmt: skip
     except BaseException:
         early.close()
         remove_new_folders(made)
@@ -99,27 +106,23 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     open_run(cfg, run_dir, job, resume, early)
     trainer.open()
     del resume  # the checkpoint's tensors are in the model and optimizer now
-    stop = _StopRequest()
-    try:
-        while not trainer.finished():
-            for group in trainer.start_epoch():
-                trainer.update(group)
-                if trainer.validation_due():
+    with _StopRequest() as stop:
+        while not trainer.done:
+            for group, last in trainer.epoch():
+                stats = trainer.update(group, end_of_epoch=last)
+                if trainer.log_due():
+                    trainer.log(stats)
+                if trainer.validation_due(end_of_epoch=last):
                     trainer.validate_and_save()
                 if job.broadcast(stop.signal) is not None:  # rank 0's signal stops every rank
                     return trainer.save_for_resume(stop.signal)
-                if trainer.done or trainer.end_of_epoch:
+                if trainer.done:
                     break
-            trainer.close_epoch()
-    finally:
-        stop.restore()
     return trainer.finish()
 
 
 # --------------------------------------------------------------------------- the run folder
 
-# What a run leaves in its folder that another run must not mix with or replace.
-RUN_OUTPUTS = ("checkpoints", "results.json", "hypotheses")
 # Everything a run writes, deleted by train.overwrite=true.
 RUN_FILES = ("checkpoints", "hypotheses", "tensorboard", ".hydra", "results.json", "train.log", "metrics.jsonl",
              "config.yaml")
@@ -281,20 +284,40 @@ def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, e
 
 
 class _StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks after each update (then saves and exits)."""
+    """Inside, SIGINT/SIGTERM set a flag the loop checks after each update (then saves and exits);
+    a second one stops at once. The previous handlers come back on leaving."""
 
-    def __init__(self) -> None:
+    def __enter__(self) -> _StopRequest:
         self.signal: int | None = None
         self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
 
     def _handle(self, signum, frame) -> None:
         if self.signal is not None:  # a second Ctrl-C stops at once
             raise KeyboardInterrupt
         self.signal = signum
 
-    def restore(self) -> None:
+    def __exit__(self, *exc) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+
+
+def build(cfg: DictConfig, job: Dist, resume: Resume | None) -> tuple[Splits, Seq2Seq, Optimizer, LRScheduler]:
+    """The data, the model (on the job's device), its optimizer and its learning-rate schedule.
+
+    A resumed run keeps its checkpoint's subword models, whatever the cache holds now. Under
+    ``torchrun`` rank 0 prepares and caches the data first, and the other ranks then read the cache.
+    """
+    vocabs = (Vocab(resume.payload["vocab"]["src"]), Vocab(resume.payload["vocab"]["tgt"])) if resume else None
+    if not job.is_main:
+        job.barrier()
+    data = prepare_data(cfg.data, vocabs)
+    if job.is_main:
+        job.barrier()
+    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(job.device)
+    optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
+    scheduler = hydra.utils.instantiate(cfg.train.scheduler)(optimizer)
+    return data, model, optimizer, scheduler
 
 
 def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, changes: list[str]) -> None:

@@ -13,26 +13,26 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
-from nmt.data.batches import Batch, PairData, Splits, prepare_data, shard
+from nmt.data.batches import Batch, PairData, Splits, shard
 from nmt.errors import CheckpointError
 from nmt.evaluation.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
 from nmt.files import atomic_write_text
-from nmt.model import Seq2Seq, build_model
+from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure
 from nmt.runtime import provenance
 from nmt.search import SearchSettings, greedy_search
@@ -40,7 +40,6 @@ from nmt.training.checks import flatten
 from nmt.training.distributed import Dist
 from nmt.training.ema import WeightAverage
 from nmt.training.runlog import METRICS, MetricsLog
-from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")
 
@@ -194,27 +193,25 @@ class TokenRate:
 
 class Trainer:
     """One run's training state and bookkeeping (every rank has one; rank 0 alone logs and writes).
+    :func:`nmt.train.train` runs the loop: for each group of batches of :meth:`epoch`,
+    :meth:`update`, then :meth:`log`, :meth:`validate_and_save` and :meth:`save_for_resume` when
+    due; :meth:`finish` at the end.
 
     :param cfg: the composed, validated config.
-    :param run_dir: the run folder (already opened by :func:`nmt.train.open_run`).
+    :param run_dir: the run folder (opened by :func:`nmt.train.open_run` before :meth:`open`).
     :param job: this process's place in the (possibly single-process) job.
+    :param data: the prepared splits (:func:`build`).
+    :param model: the model, on ``job.device``.
+    :param optimizer: its optimizer; ``scheduler``: the learning-rate schedule of that optimizer.
     :param resume: the checkpoint being resumed and its loaded payload, or None for a new run.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, job: Dist, resume: tuple[Path, dict] | None) -> None:
+    def __init__(self, cfg: DictConfig, run_dir: Path, job: Dist, data: Splits, model: Seq2Seq, optimizer: Optimizer,
+                 scheduler: LRScheduler, resume: tuple[Path, dict] | None) -> None:  # fmt: skip
         self.cfg, self.tcfg, self.run_dir, self.job = cfg, cfg.train, run_dir, job
-        # a resumed run keeps its checkpoint's subword models, whatever the cache holds now
-        vocabs = (Vocab(resume[1]["vocab"]["src"]), Vocab(resume[1]["vocab"]["tgt"])) if resume else None
-        if not job.is_main:
-            job.barrier()  # rank 0 prepares and caches the data first; the others then read the cache
-        self.data = prepare_data(cfg.data, vocabs)
-        if job.is_main:
-            job.barrier()
-        self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(job.device)
+        self.data, self.model, self.optimizer, self.scheduler = data, model, optimizer, scheduler
         objective = Objective(self.model)
         self.net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model gets saved
-        self.optimizer = hydra.utils.instantiate(self.tcfg.optimizer)(self.model.parameters())
-        self.scheduler = hydra.utils.instantiate(self.tcfg.scheduler)(self.optimizer)
         self.settings = SearchSettings(**self.tcfg.search)  # the final test scores
         self.val_settings = replace(self.settings, beam_size=self.tcfg.val_beam_size, n_best=1)
         self.ema = WeightAverage(self.model, self.tcfg.ema) if self.tcfg.ema else None
@@ -228,9 +225,8 @@ class Trainer:
         self.writer: SummaryWriter | None = None  # made by open(), once the run folder is opened
         self.metrics = MetricsLog(None)  # the same
         self.reason = stop_reason(self.progress, self.tcfg)
-        self.done, self.end_of_epoch = self.reason is not None, False
-        self.groups: list[list[np.ndarray]] = []
-        self.bar: tqdm | None = None
+        self.done = self.reason is not None
+        self.bar: tqdm | None = None  # the progress bar of the epoch in progress (a terminal only)
         self.rate = TokenRate()
 
     def open(self) -> None:
@@ -243,11 +239,9 @@ class Trainer:
 
     # ----------------------------------------------------------------- the loop's steps
 
-    def finished(self) -> bool:
-        return self.done
-
-    def start_epoch(self) -> list[list[np.ndarray]]:
-        """This rank's batches of the current epoch not yet trained on, grouped by update."""
+    def epoch(self) -> Iterator[tuple[list[np.ndarray], bool]]:
+        """This rank's groups of batches of the current epoch not yet trained on (one group an
+        update, ``train.accum_steps`` batches each), each with whether it is the epoch's last."""
         p, tcfg = self.progress, self.tcfg
         batches = self.data.train.token_batches(self.cfg.data.max_tokens, shuffle=True, seed=tcfg.seed, epoch=p.epoch)
         if p.update_in_epoch == 0:
@@ -255,16 +249,22 @@ class Trainer:
                      100 * self.data.train.padding_fraction(batches))  # fmt: skip
             self.metrics.write("epoch", epoch=p.epoch + 1, batches=len(batches))
         mine = shard(batches, self.job.rank, self.job.world_size)
-        self.groups = [mine[i : i + tcfg.accum_steps] for i in range(0, len(mine), tcfg.accum_steps)]
-        self.bar = tqdm(total=len(self.groups), initial=p.update_in_epoch, desc=f"epoch {p.epoch + 1}", leave=False,
+        groups = [mine[i : i + tcfg.accum_steps] for i in range(0, len(mine), tcfg.accum_steps)]
+        self.bar = tqdm(total=len(groups), initial=p.update_in_epoch, desc=f"epoch {p.epoch + 1}", leave=False,
                         disable=not (self.job.is_main and sys.stderr.isatty()), dynamic_ncols=True)  # fmt: skip
-        return self.groups[p.update_in_epoch :]
+        try:
+            for i in range(p.update_in_epoch, len(groups)):
+                yield groups[i], i == len(groups) - 1
+                self.bar.update(1)
+        finally:
+            self.bar.close()
 
-    def close_epoch(self) -> None:
-        self.bar.close()
+    def update(self, group: list[np.ndarray], end_of_epoch: bool) -> UpdateStats:
+        """One optimizer update on ``group``'s batches, then counting and the position (the next
+        epoch after the last group of one; done once the budget is met).
 
-    def update(self, group: list[np.ndarray]) -> None:
-        """One optimizer update on ``group``'s batches, then counting, logging and the position."""
+        :return: what the update measured (a non-finite ``grad_norm``: it was skipped).
+        """
         batches = [self.data.train.collate(indices).to(self.job.device) for indices in group]
         stats = train_update(self.net, self.optimizer, batches, self.tcfg, self.job)
         p = self.progress
@@ -273,13 +273,14 @@ class Trainer:
             self._count(stats)
         else:
             self._skip()
-        self.bar.update(1)
-        if self.job.is_main and p.step % self.tcfg.log_every == 0 and p.bad_steps == 0:
-            self._log(stats)
-        self.end_of_epoch = p.update_in_epoch == len(self.groups)
-        if self.end_of_epoch:
+        if end_of_epoch:
             p.epoch, p.update_in_epoch = p.epoch + 1, 0
         self._check_budget()
+        return stats
+
+    def log_due(self) -> bool:
+        """Every ``train.log_every`` good updates, on rank 0."""
+        return self.job.is_main and self.progress.step % self.tcfg.log_every == 0 and self.progress.bad_steps == 0
 
     def _check_budget(self) -> None:
         """Done once the budget is met: the update that meets it is then validated and saved."""
@@ -309,17 +310,18 @@ class Trainer:
                 f"train.optimizer.lr or check the data. The last good checkpoint is {last}"
             )
 
-    def _log(self, stats: UpdateStats) -> None:
+    def log(self, stats: UpdateStats) -> None:
+        """The log line, ``metrics.jsonl`` record and TensorBoard points of an update."""
         tok_s = self.rate.take() * self.job.world_size
         threads = torch.get_num_threads() * self.job.world_size  # every process of a one-machine job
         _log_train(self.writer, self.metrics, self.progress.step, stats, self.optimizer.param_groups[0]["lr"], tok_s,
                    threads)  # fmt: skip
         self.bar.set_postfix(loss=f"{stats.loss:.3f}", tok_s=f"{tok_s:.0f}")
 
-    def validation_due(self) -> bool:
+    def validation_due(self, end_of_epoch: bool) -> bool:
         """Every ``train.eval_every`` good updates (0: at each epoch's end), and when training is done."""
         p, every = self.progress, self.tcfg.eval_every
-        due = (every and p.step % every == 0 and p.bad_steps == 0) or (not every and self.end_of_epoch)
+        due = (every and p.step % every == 0 and p.bad_steps == 0) or (not every and end_of_epoch)
         return bool(due or self.done)
 
     def validate_and_save(self) -> None:
