@@ -124,7 +124,8 @@ class Translator:
     """A loaded model with its vocabularies and its checkpoint's decoding settings.
 
     :param model: the model (eval mode, on ``device``).
-    :param src_vocab: source vocabulary. :param tgt_vocab: target vocabulary.
+    :param src_vocab: source vocabulary.
+    :param tgt_vocab: target vocabulary.
     :param config: the checkpoint's config (its ``train.search`` is the default decoding).
     :param device: where the model runs.
     """
@@ -137,6 +138,7 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: str = "auto", threads: int = 0) -> Translator:
         """Load a checkpoint written by ``nmt.train`` (or an averaged or trained-weights file).
 
+        :param path: the checkpoint file; it is read as data (it cannot run code).
         :param device: ``auto`` (a GPU if there is one), ``cpu``, ``cuda``, ``cuda:1``...
         :param threads: torch threads; 0 keeps torch's default.
         :raise CheckpointError: one line naming the file, for any checkpoint that cannot be used.

@@ -5,7 +5,7 @@
     torchrun --nproc_per_node=2 scripts/benchmark.py --data-dir ... --threads 1   # DDP, 2 x 1 thread
 
 Prints target/source tokens per second, sentences per second, seconds per update, peak resident
-memory, the model's analytic FLOPs per target token, the GFLOP/s that implies, and this machine's
+memory, the model's analytic FLOPs per target token, the GFLOP/s that implies, and the machine's
 matmul GFLOP/s measured in the same run (so the ratio means something on a busy machine); then
 the same figures as one JSON line. Each of ``--repeats`` rounds times ``--updates`` updates after
 ``--warmup`` untimed ones; medians are reported.

@@ -2,7 +2,7 @@
 
     python scripts/explorer_screenshot.py \
         "ckpt=[attention:runs/best_de_en/checkpoints/trained.pt,none:runs/best_de_en_none/checkpoints/best.pt]" \
-        --text "Ein Mann mit einem roten Hut fährt mit dem Fahrrad über eine Brücke." --output docs/explorer.png
+        --text "Ein Mann mit einem roten Hut fährt mit dem Fahrrad über eine Brücke." --output docs/figures/explorer.png
 
 Starts ``nmt.demo``'s server on a free loopback port, opens the page in headless chromium (Debian's
 ``chromium`` and ``chromium-driver``, driven by selenium), types the text, submits, waits for every

@@ -1,4 +1,4 @@
-"""Print a markdown record of training runs for ``docs/tuning.md``, from the runs' own files.
+"""Print a markdown record of training runs for ``docs/lab/tuning.md``, from the runs' own files.
 
     python scripts/tuning_log.py runs/best_de_en runs/best_en_de
     python scripts/tuning_log.py runs/t* --table        # one summary line per run

@@ -293,7 +293,7 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     """Train both models with a small shared budget (4000 training pairs and 1600 updates in place
     of configs/experiment/synthetic_bottleneck.yaml's 50,000 and 6000) and check the length result.
 
-    Over five training seeds and two corpus seeds (docs/bottleneck.md) the attentional model scored
+    Over five training seeds and two corpus seeds (docs/results.md) the attentional model scored
     61-88 BLEU on the 40-49 and 50+ word bins after 1300-1600 updates, the model without attention
     3-6 there and 11-19 on sentences under 20 words; the thresholds leave wide margins.
     """
