@@ -28,7 +28,7 @@ that seed's checkpoints; the first model is the baseline of the paired tests. La
                                  seed's nmt.evaluate table
 
 A finished run (``results.json`` present) is reused, after checking that its config is the one
-this command would train (settings of where and how fast it ran aside, :data:`INCIDENTAL`); an
+this command would train (settings of where and how fast it ran aside, :data:`nmt.training.checks.INCIDENTAL`); an
 unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A seed's
 ``eval.json`` is reused when it scores the same checkpoints, written after them, on the same split
 with the same bins and beam (:func:`evaluation_is_current`). A killed study is resumed, or a
@@ -60,7 +60,7 @@ from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, o
 from nmt.files import atomic_write_text, check_output_dir
 from nmt.plotting import save_figure
 from nmt.runtime import CONFIG_DIR
-from nmt.training.checks import flatten
+from nmt.training.checks import INCIDENTAL, flatten
 from nmt.training.runlog import read_run, status_table, training_row, training_table
 
 # model name -> the overrides that select it (everything else comes from the experiment); the
@@ -78,11 +78,6 @@ MODELS = {
 EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
 DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
-# settings that say where or how fast a run ran, not what it learned: a finished run is reused
-# whatever they were
-INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.decode_batch_size", "train.log_every",
-              "train.keep_checkpoints", "train.num_heatmaps", "train.dist_backend", "data.dir", "data.cache_dir",
-              "data.num_proc", "data.hf_cache_dir", "data.test_splits")  # fmt: skip
 SAMPLE_SIZE = "data.vocab.sample_size"  # shapes the subwords only of a corpus larger than it
 
 
@@ -168,7 +163,7 @@ def expected_config(overrides: list[str]) -> dict:
 def run_differences(run_dir: Path, expected: dict) -> list[str]:
     """Where a finished run's ``config.yaml`` differs from ``expected`` in a setting that shapes what
     it learned, as ``key: run's -> expected``. Keys that only one side has (added to nmt since the
-    run, with the value it ran with) and :data:`INCIDENTAL` ones are left out."""
+    run, with the value it ran with) and :data:`nmt.training.checks.INCIDENTAL` ones are left out."""
     saved = upgrade_config(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True))
     old, new = flatten(saved), flatten(expected)
     keys = sorted(k for k in old.keys() & new.keys() if k.split(".")[0] in ("model", "data", "train"))

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import hydra
@@ -121,7 +122,7 @@ def check_outputs(cfg: DictConfig) -> None:
         check_output_dir(cfg.attention_dir, "attention_dir")
 
 
-SEARCH_KEYS = ("beam_size", "n_best", "length_penalty", "alpha", "max_len_a", "max_len_b")
+SEARCH_KEYS = tuple(f.name for f in fields(SearchSettings))  # the command's keys that override the checkpoint's
 
 
 def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> SearchSettings:

@@ -53,14 +53,19 @@ def check_search(cfg: DictConfig, prefix: str) -> None:
 
 # --------------------------------------------------------------------------- resuming
 
-# What a resumed run may change: settings read afresh at every update or validation (so the new
-# value holds from the first update after the resume) and where files are found. Anything else
+# Settings that say where or how fast a run ran, not what it learned (a run is the same run
+# whatever they were: the study reuses a finished run that differs only in these).
+INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.overwrite", "train.decode_batch_size",
+              "train.log_every", "train.keep_checkpoints", "train.num_heatmaps", "train.dist_backend", "data.dir",
+              "data.cache_dir", "data.num_proc", "data.hf_cache_dir", "data.test_splits")  # fmt: skip
+# What a resumed run may change: the incidental settings, and those read afresh at every update or
+# validation (so the new value holds from the first update after the resume). Anything else
 # shapes the model, the subwords, the data and its order, or the optimizer and schedule whose state
 # comes from the checkpoint: a change there is refused rather than silently ignored.
-RESUMABLE_TRAIN = ("max_epochs", "max_steps", "patience", "eval_every", "log_every", "keep_checkpoints", "threads",
-                   "device", "decode_batch_size", "num_heatmaps", "val_beam_size", "search", "resume", "overwrite",
-                   "max_bad_steps", "clip_norm", "label_smoothing", "amp", "dist_backend", "ema")  # fmt: skip
-RESUMABLE_DATA = ("dir", "cache_dir", "test_splits", "num_proc", "hf_cache_dir")
+RESUMABLE_TRAIN = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("train.")) + (
+    "max_epochs", "max_steps", "patience", "eval_every", "val_beam_size", "search", "max_bad_steps", "clip_norm",
+    "label_smoothing", "amp", "ema")  # fmt: skip
+RESUMABLE_DATA = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("data."))
 
 
 def resumable(key: str) -> bool:
