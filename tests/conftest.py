@@ -7,11 +7,12 @@ Tests never touch the network: ``urllib.request.urlopen`` is replaced for every 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,29 +216,41 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     overrides = ["experiment=smoke", f"data.cache_dir={folder / 'cache'}", "train.device=cpu", "train.num_heatmaps=0"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    try:
+    with process_restored():
         train(cfg, folder / "run")
-    finally:  # train() logs to <run>/train.log through the root logger and sets torch's threads
-        for handler in [h for h in root.handlers if h not in handlers]:
-            root.removeHandler(handler)
-            handler.close()
-        root.setLevel(level)
-        torch.set_num_threads(threads)
     test = load_corpus(cfg.data)["test"].to_text()
     return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
 
 
-@pytest.fixture
-def in_process():
-    """``train``/``translate`` add handlers to the root logger and set torch's threads: undo both."""
+@contextlib.contextmanager
+def process_restored() -> Iterator[None]:
+    """``train``/``translate`` add handlers to the root logger, set its level and torch's threads:
+    inside, they may; on leaving, all three are as they were."""
     root = logging.getLogger()
     before, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    yield
-    for handler in root.handlers[:]:
-        if handler not in before:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
-    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)
+                handler.close()
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def train_in_process(overrides: list[str], run: Path) -> dict[str, float]:
+    """``nmt.train.train`` of the composed ``overrides`` into ``run``, as the command line runs it."""
+    from nmt.train import train
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    with process_restored():
+        return train(cfg, run)
+
+
+@pytest.fixture
+def in_process():
+    """The test may train or translate in this process (see :func:`process_restored`)."""
+    with process_restored():
+        yield

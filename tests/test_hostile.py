@@ -7,7 +7,6 @@ is fine, the right result), and leaves everything it did not mean to touch as it
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -18,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIG_DIR, ToyCorpus, make_toy_corpus
-from hydra import compose, initialize_config_dir
+from conftest import ToyCorpus, make_toy_corpus, train_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +25,7 @@ from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint
 from nmt.data.text import DataError
 from nmt.errors import CheckpointError
 from nmt.search import SearchSettings
-from nmt.train import claim_folder, train
+from nmt.train import claim_folder
 from nmt.training.trainer import random_state, restore_random_state
 from nmt.translate import format_translations, read_input
 from nmt.translator import Translator, translate_lines
@@ -194,21 +192,6 @@ def _tiny(corpus: ToyCorpus, cache: Path, *extra: str) -> list[str]:
     return [*TINY, *corpus.overrides(), f"data.cache_dir={cache}", *extra]
 
 
-def _train_in_process(overrides: list[str], run: Path) -> dict:
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=overrides)
-        return train(cfg, run)
-    finally:
-        for handler in [h for h in root.handlers if h not in handlers]:
-            root.removeHandler(handler)
-            handler.close()
-        root.setLevel(level)
-        torch.set_num_threads(threads)
-
-
 def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under ``folder``: its bytes and mode (a change to either, or a new file, shows)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mode) for p in sorted(folder.rglob("*"))
@@ -219,7 +202,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 def finished_run(corpus: ToyCorpus, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run: 6 updates (one epoch is 7), validated every 2, so the end is a validation."""
     run = tmp_path_factory.mktemp("finished") / "run"
-    _train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2"), run)
+    train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2"), run)
     return run
 
 
@@ -267,7 +250,7 @@ def test_overwrite_starts_the_run_over(finished_run: Path, corpus, cache, tmp_pa
     shutil.copytree(finished_run, run)
     (run / "notes.txt").write_text("kept\n", encoding="utf-8")
     old_log = (run / "train.log").read_text()
-    _train_in_process(_tiny(corpus, cache, "train.max_steps=4", "train.eval_every=2", "train.overwrite=true"), run)
+    train_in_process(_tiny(corpus, cache, "train.max_steps=4", "train.eval_every=2", "train.overwrite=true"), run)
     assert (run / "notes.txt").read_text() == "kept\n"  # not one of nmt's files
     assert sorted(p.name for p in (run / "checkpoints").glob("step*.pt")) == ["step00000002.pt", "step00000004.pt"]
     assert json.loads((run / "results.json").read_text())["steps"] == 4.0
@@ -314,14 +297,14 @@ def test_claim_folder_never_gives_a_taken_folder(tmp_path: Path, monkeypatch: py
 def test_the_last_update_is_validated_and_saved_whatever_eval_every(corpus, cache, tmp_path: Path) -> None:
     """eval_every larger than the run: before, no checkpoint was ever written."""
     run = tmp_path / "run"
-    results = _train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=1000"), run)
+    results = train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=1000"), run)
     last = load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]
     assert last["epoch"] == 1 and last["update_in_epoch"] == 0 and last["step"] == results["steps"] > 0
     assert (run / "checkpoints" / "best.pt").is_file()
     assert f"validation at update {last['step']}:" in (run / "train.log").read_text()
     # eval_every that does not divide the run's updates: the remainder is validated too
     run = tmp_path / "run3"
-    results = _train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=3"), run)
+    results = train_in_process(_tiny(corpus, cache, "train.max_epochs=1", "train.eval_every=3"), run)
     assert load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == results["steps"]
 
 
@@ -337,7 +320,7 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run: Path,
 def test_a_finished_run_resumes_when_its_budget_is_raised(finished_run: Path, corpus, cache, tmp_path) -> None:
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    results = _train_in_process(_tiny(corpus, cache, "train.max_steps=8", "train.eval_every=2", "train.resume=auto"),
+    results = train_in_process(_tiny(corpus, cache, "train.max_steps=8", "train.eval_every=2", "train.resume=auto"),
                                 run)  # fmt: skip
     assert results["steps"] == 8.0 and "resumed from" in (run / "train.log").read_text()
 
@@ -347,7 +330,7 @@ def test_a_finished_run_killed_before_its_results_only_scores_the_test_set(finis
     shutil.copytree(finished_run, run)
     (run / "results.json").unlink()
     checkpoints = _snapshot(run / "checkpoints")
-    results = _train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2", "train.resume=auto"),
+    results = train_in_process(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2", "train.resume=auto"),
                                 run)  # fmt: skip
     assert results["steps"] == 6.0 and (run / "results.json").is_file()
     assert _snapshot(run / "checkpoints") == checkpoints  # no update trained, nothing saved

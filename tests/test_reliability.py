@@ -26,7 +26,7 @@ from pathlib import Path
 import hydra
 import pytest
 import torch
-from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_lines
+from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, train_in_process, write_lines
 from hydra import compose, initialize_config_dir
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
@@ -39,7 +39,6 @@ from nmt.data.batches import prepare_data
 from nmt.data.text import DataError
 from nmt.errors import CheckpointError
 from nmt.model import build_model
-from nmt.train import train
 from nmt.training.checks import ConfigError, instantiation_message
 from nmt.training.trainer import Objective
 
@@ -78,28 +77,11 @@ def _compose(overrides: list[str]) -> DictConfig:
         return compose("train", overrides=overrides)
 
 
-def _train_in_process(overrides: list[str], run: Path) -> dict[str, float]:
-    """``train`` as the command line runs it, undoing what it changes in this process (root-logger
-    handlers, torch threads)."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    try:
-        return train(_compose(overrides), run)
-    finally:
-        for handler in [h for h in root.handlers if h not in handlers]:
-            root.removeHandler(handler)
-            handler.close()
-        root.setLevel(level)
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def reference(corpus: ToyCorpus, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run of ``STEPS`` updates (its folder)."""
     run = tmp_path_factory.mktemp("reference") / "run"
-    _train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), run)
+    train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), run)
     return run
 
 
@@ -251,7 +233,7 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_one(corpus, cache, re
     _assert_complete_files(run)
     assert load_checkpoint(checkpoints / "last.pt")["train_state"]["progress"]["step"] == EVAL_EVERY
 
-    _train_in_process([*overrides, "train.resume=auto"], run)  # resuming in-process: the same result
+    train_in_process([*overrides, "train.resume=auto"], run)  # resuming in-process: the same result
     assert not list(checkpoints.glob(".*.tmp")), "the leftover temporary file is removed"
     _assert_resumed_exactly(run, reference)
 
@@ -274,7 +256,7 @@ def test_signal_saves_a_resumable_checkpoint_and_exits_0(signum, corpus, cache, 
     assert EVAL_EVERY + 2 <= progress["step"] < STEPS, "saved at once, not at the next validation"
     assert not (run / "results.json").exists()
 
-    _train_in_process([*overrides, "train.resume=auto"], run)
+    train_in_process([*overrides, "train.resume=auto"], run)
     _assert_resumed_exactly(run, reference)
 
 
@@ -295,7 +277,7 @@ def _poison_losses(monkeypatch: pytest.MonkeyPatch, bad: Callable[[int], bool]) 
 
 def test_nan_losses_are_skipped_and_counted(corpus, cache, tmp_path: Path, monkeypatch, caplog) -> None:
     _poison_losses(monkeypatch, lambda n: n in (3, 4, 5))
-    results = _train_in_process(_overrides(corpus, cache, "train.max_steps=8", "train.max_bad_steps=4"), tmp_path)
+    results = train_in_process(_overrides(corpus, cache, "train.max_steps=8", "train.max_bad_steps=4"), tmp_path)
     assert results["steps"] == 8, "three skipped updates do not count as steps"
     assert "skipped (3 in a row, 3 in all)" in caplog.text
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
@@ -309,7 +291,7 @@ def test_too_many_nan_losses_in_a_row_stop_training(corpus, cache, tmp_path: Pat
     _poison_losses(monkeypatch, lambda n: n > 2 * EVAL_EVERY)  # from update 9 on
     overrides = _overrides(corpus, cache, f"train.max_steps={STEPS}", "train.max_bad_steps=3")
     with pytest.raises(FloatingPointError, match=r"3 non-finite losses in a row \(train.max_bad_steps=3\)") as info:
-        _train_in_process(overrides, tmp_path)
+        train_in_process(overrides, tmp_path)
     assert str(tmp_path / "checkpoints" / "last.pt") in str(info.value)
     payload = load_checkpoint(tmp_path / "checkpoints" / "last.pt")  # the last good checkpoint
     assert payload["train_state"]["progress"]["step"] == 2 * EVAL_EVERY
@@ -364,7 +346,7 @@ def test_full_disk_stops_training_and_keeps_the_previous_checkpoint(
         monkeypatch.setattr(nmt.training.trainer, "train_update", train_update)
     checkpoints = tmp_path / "checkpoints"
     with pytest.raises(OSError if full_for == "every file" else CheckpointError) as info:
-        _train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), tmp_path)
+        train_in_process(_overrides(corpus, cache, f"train.max_steps={STEPS}"), tmp_path)
     message = str(info.value)
     assert "No space left on device" in message
     if full_for == "checkpoints":
@@ -459,7 +441,7 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
 )  # fmt: skip
 def test_invalid_value_fails_before_training(override: str, message: str, corpus, cache, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        _train_in_process(_overrides(corpus, cache, *override.split()), tmp_path / "run")
+        train_in_process(_overrides(corpus, cache, *override.split()), tmp_path / "run")
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
     assert not (tmp_path / "run").exists(), "nothing is written"
 
@@ -477,14 +459,14 @@ def test_invalid_value_fails_before_training(override: str, message: str, corpus
 )  # fmt: skip
 def test_invalid_multi30k_settings_fail_before_training(overrides: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        _train_in_process(["data=multi30k", *overrides], tmp_path / "run")
+        train_in_process(["data=multi30k", *overrides], tmp_path / "run")
     assert str(info.value).startswith(message)
     assert not (tmp_path / "run").exists()
 
 
 def test_unset_data_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data.train_src is required but not set"):
-        _train_in_process(["data=files"], tmp_path / "run")
+        train_in_process(["data=files"], tmp_path / "run")
 
 
 def test_a_constructors_refusal_is_one_line_naming_the_key() -> None:
@@ -553,7 +535,7 @@ def test_truncated_last_checkpoint_is_refused_on_resume(corpus, cache, tmp_path:
     last = tmp_path / "checkpoints" / "last.pt"
     write_lines(last, ["not a checkpoint"])
     with pytest.raises(CheckpointError, match=f"{re.escape(str(last))}: not a readable checkpoint"):
-        _train_in_process(_overrides(corpus, cache, "train.max_steps=2", "train.resume=auto"), tmp_path)
+        train_in_process(_overrides(corpus, cache, "train.max_steps=2", "train.resume=auto"), tmp_path)
 
 
 # --------------------------------------------------------------------------- resuming with another config
@@ -598,7 +580,7 @@ def test_resume_applies_changed_training_settings_and_says_so(finished_run, corp
     run, cache = finished_run
     copy = tmp_path / "run"
     subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
-    _train_in_process(_overrides(corpus, cache, "train.max_steps=6", "train.resume=auto", "model.dropout=0.1"), copy)
+    train_in_process(_overrides(corpus, cache, "train.max_steps=6", "train.resume=auto", "model.dropout=0.1"), copy)
     log = (copy / "train.log").read_text()
     assert "with changed settings, applied from now on:" in log
     assert "model.dropout: 0.2 -> 0.1" in log and "train.max_steps: 4 -> 6" in log
@@ -610,7 +592,7 @@ def test_resume_applies_changed_training_settings_and_says_so(finished_run, corp
 
 def test_resume_auto_without_a_checkpoint_says_it_starts_a_new_run(corpus: ToyCorpus, tmp_path: Path) -> None:
     run = tmp_path / "typo"
-    _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=1", "train.resume=auto"), run)
+    train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=1", "train.resume=auto"), run)
     expected = f"train.resume=auto: no checkpoint at {run / 'checkpoints' / 'last.pt'}, so this is a new run"
     assert expected in (run / "train.log").read_text()
 
@@ -661,11 +643,11 @@ def test_resume_uses_the_checkpoints_subword_models(corpus: ToyCorpus, tmp_path:
     """A resumed run tokenizes with the vocabularies saved in its checkpoint, not with whatever the
     sentencepiece cache holds (or would train) now."""
     run = tmp_path / "run"
-    _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=2"), run)
+    train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=2"), run)
 
     def no_training(*args, **kwargs):
         raise AssertionError("a resumed run must not build vocabularies")
 
     monkeypatch.setattr("nmt.data.batches.build_vocabs", no_training)
-    results = _train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=3", "train.resume=auto"), run)
+    results = train_in_process(_overrides(corpus, tmp_path / "cache", "train.max_steps=3", "train.resume=auto"), run)
     assert results["steps"] == 3.0
