@@ -91,6 +91,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         run_dir = _same_folder_on_every_rank(run_dir, made, job)
         resume = check_run_folder(cfg, run_dir)  # may refuse the command: still nothing written
         if resume is not None and resume.finished and (run_dir / "results.json").is_file():
+            early.close()  # nothing is written: the run folder stays as it is
             return _already_finished(run_dir, resume)
         seed_everything(cfg.train.seed + job.rank)  # different dropout masks on each rank
         set_threads(cfg.train.threads)

@@ -7,6 +7,7 @@ is fine, the right result), and leaves everything it did not mean to touch as it
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ToyCorpus, make_toy_corpus, train_in_process
+from conftest import CONFIG_DIR, ToyCorpus, make_toy_corpus, process_restored, train_in_process
+from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +27,7 @@ from nmt.checkpoint import load_checkpoint, load_model, model_from_checkpoint
 from nmt.data.text import DataError
 from nmt.errors import CheckpointError
 from nmt.search import SearchSettings
-from nmt.train import claim_folder
+from nmt.train import claim_folder, train
 from nmt.training.trainer import random_state, restore_random_state
 from nmt.translate import format_translations, read_input
 from nmt.translator import Translator, translate_lines
@@ -538,3 +540,14 @@ def test_any_bytes_give_a_translation_per_line_or_one_clear_error(raw: bytes, sm
         translations = translate_lines(model, src_vocab, lines, GREEDY, 8, "sentences", CPU, 20)
         out = format_translations(translations, tgt_vocab, 1)
         assert out.count("\n") == expected
+
+
+def test_a_finished_run_resumed_in_process_leaves_no_handler_behind(finished_run: Path, corpus, cache) -> None:
+    """The early-log buffer of a command that has nothing to do is detached from the root logger."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2",
+                                                "train.resume=auto"))  # fmt: skip
+    with process_restored():
+        before = list(logging.getLogger().handlers)
+        assert train(cfg, finished_run)["steps"] == 6.0
+        assert logging.getLogger().handlers == before
