@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -138,12 +139,15 @@ def run_outputs(run_dir: Path) -> list[str]:
     return found
 
 
+@dataclass
 class Resume:
     """A checkpoint to continue from: its path, loaded payload, the config changes it accepts,
-    and whether its run had already met its budget under the new config."""
+    and why its run had already met its budget under the new config (None: it had not)."""
 
-    def __init__(self, path: Path, payload: dict, changes: list[str], finished: str | None) -> None:
-        self.path, self.payload, self.changes, self.finished = path, payload, changes, finished
+    path: Path
+    payload: dict
+    changes: list[str]
+    finished: str | None
 
 
 def check_run_folder(cfg: DictConfig, run_dir: Path) -> Resume | None:
