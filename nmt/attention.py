@@ -45,6 +45,10 @@ class Memory(NamedTuple):
         """Each sentence's memory ``k`` times in a row, (B, ...) -> (B*K, ...), for beam search."""
         return Memory(*(t.repeat_interleave(k, dim=0) for t in self))
 
+    def index_select(self, rows: Tensor) -> Memory:
+        """The memory of ``rows`` (R,) long, (B, ...) -> (R, ...): search drops finished sentences."""
+        return Memory(*(t.index_select(0, rows) for t in self))
+
 
 class Attention(nn.Module):
     """Base class: ``prepare`` the encoder states once, then score one query per decoder step.

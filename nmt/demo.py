@@ -44,12 +44,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.configs import command
 from nmt.data.text import CONTROL_CHARACTERS
 from nmt.errors import ConfigError, command_errors
-from nmt.runtime import CONFIG_DIR, parse_named, setup_logging
+from nmt.runtime import parse_named, setup_logging
 from nmt.translator import TranslationResult, Translator
 
 log = logging.getLogger("nmt.demo")
@@ -413,14 +413,15 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def load_explorer(cfg: DictConfig) -> Explorer:
-    """The checkpoints of ``cfg.ckpt`` (``[name:PATH, ...]`` or paths), loaded once."""
+    """The checkpoints of ``cfg.ckpt`` (``[name:PATH, ...]`` or paths; ``a.pt+b.pt`` an ensemble), loaded once."""
     named = parse_named(cfg.ckpt, "ckpt")
-    translators = {name: Translator.from_checkpoint(path, device=cfg.device, threads=cfg.threads)
+    translators = {name: Translator.from_checkpoint(path, device=cfg.device, threads=cfg.threads,
+                                                    ensemble_rule=cfg.ensemble_rule)
                    for name, path in named.items()}  # fmt: skip
     return Explorer(translators, Limits(cfg.max_chars, cfg.max_beam), cfg.workers, cfg.max_waiting, named)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="demo")
+@command("demo")
 def main(cfg: DictConfig) -> None:
     setup_logging()
     with command_errors(log):

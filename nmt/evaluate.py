@@ -10,22 +10,25 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import load_checkpoint
+from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.data.hub import load_hub_splits
 from nmt.data.text import DataError, ParallelText, read_lines
+from nmt.ensemble import Ensemble, split_members, system_from_payloads
 from nmt.errors import CheckpointError, command_errors
 from nmt.evaluation.alignment import attention_stats
 from nmt.evaluation.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
 from nmt.files import check_output, check_output_dir, write_output_text
+from nmt.model import Seq2Seq
 from nmt.plotting import alignment_grid_figure
-from nmt.runtime import CONFIG_DIR, parse_named, provenance, resolve_device, set_threads, setup_logging
+from nmt.runtime import parse_named, provenance, resolve_device, set_threads, setup_logging
 from nmt.search import SearchSettings, translate_ids
+from nmt.vocab import Vocab
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +51,11 @@ class Decoded:
 
 
 def decode_sources(
-    payload: dict, sources: list[str], settings: SearchSettings, batch_size: int, device: torch.device
-) -> Decoded:
-    """Translate ``sources`` with the model of a loaded checkpoint, keeping attention if it attends."""
-    model, src_vocab, tgt_vocab, _ = model_from_checkpoint(payload)
-    model.to(device)
-    attends = model.decoder.attention.has_alignment
+    model: Seq2Seq | Ensemble, src_vocab: Vocab, tgt_vocab: Vocab, sources: list[str], settings: SearchSettings,
+    batch_size: int, device: torch.device,
+) -> Decoded:  # fmt: skip
+    """Translate ``sources`` with a model or ensemble, keeping attention if it attends."""
+    attends = model.has_alignment
     src_ids = src_vocab.encode(sources)
     best = [hyps[0] for hyps in translate_ids(model, src_ids, settings, batch_size, device, attends)]
     return Decoded(
@@ -145,7 +147,8 @@ def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[
     check_output_dir(cfg.out_dir, "out_dir")
     if cfg.tensorboard is not None:
         check_output_dir(cfg.tensorboard, "tensorboard")
-    inputs = [*hyp_files.values(), *checkpoints.values(), *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
+    members = [str(path) for spec in checkpoints.values() for path in split_members(spec)]
+    inputs = [*hyp_files.values(), *members, *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
     for path in planned_outputs(cfg, checkpoints):
         key = f"ckpt name {path.stem!r} (out_dir/hypotheses/{path.name})" if path.parent.name == "hypotheses" else "out_dir"
         check_output(path, key, inputs)
@@ -162,7 +165,9 @@ def evaluate(cfg: DictConfig) -> dict:
         if name in hyp_files:
             raise ValueError(f"system name {name!r} is both in hyps and ckpt; name them apart (ckpt=[other:PATH])")
     check_outputs(cfg, checkpoints, hyp_files)
-    payloads = {name: load_checkpoint(path, device) for name, path in checkpoints.items()}
+    members = {name: split_members(spec) for name, spec in checkpoints.items()}  # an ensemble: a.pt+b.pt
+    read = {name: [load_checkpoint(path) for path in paths] for name, paths in members.items()}
+    payloads = {name: loaded[0] for name, loaded in read.items()}  # the first member's data and decoding
     text, split = load_test_set(cfg, payloads)
     systems = {name: read_lines(path) for name, path in hyp_files.items()}
     for name, hyps in systems.items():
@@ -173,7 +178,8 @@ def evaluate(cfg: DictConfig) -> dict:
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         try:
             settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
-            decoded[name] = decode_sources(payload, text.src, settings, cfg.batch_size, device)
+            model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule)
+            decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
         except (CheckpointError, KeyError, TypeError) as e:
             raise CheckpointError(f"{checkpoints[name]}: {e if isinstance(e, CheckpointError) else repr(e)}") from None
         searches[name] = asdict(settings)
@@ -211,7 +217,7 @@ def evaluate(cfg: DictConfig) -> dict:
     return report
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+@command("evaluate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
     with command_errors(logging.getLogger("nmt")):

@@ -56,6 +56,11 @@ class Seq2Seq(nn.Module):
         self.encoder, self.decoder = encoder, decoder
         self.src_word_dropout, self.tgt_word_dropout = src_word_dropout, tgt_word_dropout
 
+    @property
+    def has_alignment(self) -> bool:
+        """Whether its attention weights align words (False for the fixed-vector ``none``)."""
+        return self.decoder.attention.has_alignment
+
     def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Memory, DecoderState]:
         """:param src: (B, S) long. :param src_lens: (B,) long (CPU).
         :return: the attention memory and the decoder's initial state."""

@@ -1,4 +1,4 @@
-"""What every command shares about the process it runs in: the Hydra config folder, seeding,
+"""What every command shares about the process it runs in: seeding,
 the device and thread choice, logging, the provenance of results, and the ``[name:PATH, ...]``
 lists of the command lines."""
 
@@ -8,15 +8,10 @@ import logging
 import random
 import subprocess
 import sys
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
-
-# The Hydra configs: the package nmt.configs, which is configs/ of the checkout in an editable
-# install and site-packages/nmt/configs/ in a wheel (pyproject.toml maps the one to the other).
-CONFIG_DIR = str(resources.files("nmt.configs"))
 
 
 def seed_everything(seed: int) -> None:

@@ -27,21 +27,31 @@ came from, and the finished hypotheses are traced back once at the end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, make_dataclass
+from typing import Any, NamedTuple, Optional, Protocol, get_type_hints
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmt.attention import Memory
 from nmt.decoder import DecoderState
-from nmt.model import Seq2Seq
 from nmt.tokens import pad_sources
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID
 
 LENGTH_PENALTIES = ("none", "average", "gnmt")
+
+
+class Decodable(Protocol):
+    """What search needs of a model: a :class:`~nmt.model.Seq2Seq`, or an
+    :class:`~nmt.ensemble.Ensemble` of them. The memory moves with the batch
+    (``index_select``, ``repeat_interleave``), the state is a tuple of (B, ...) tensors."""
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Any, DecoderState]: ...
+
+    def decode_step(self, prev: Tensor, memory: Any, state: DecoderState) -> tuple[Tensor, DecoderState, Tensor]: ...
+
+    def eval(self) -> Any: ...
 BATCH_UNITS = ("sentences", "tokens")
 
 
@@ -78,7 +88,7 @@ def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
 
 
 def _step(
-    model: Seq2Seq, prev: Tensor, memory: Memory, state: DecoderState, at_limit: Tensor | None
+    model: Decodable, prev: Tensor, memory: Any, state: DecoderState, at_limit: Tensor | None
 ) -> tuple[Tensor, DecoderState, Tensor]:
     """One decoder step with the search's constraints.
 
@@ -97,10 +107,6 @@ def _step(
     return log_probs, state, weights
 
 
-def _select(memory: Memory, rows: Tensor) -> Memory:
-    return Memory(*(m.index_select(0, rows) for m in memory))
-
-
 def _limits(src_lens: Tensor, max_len_a: float, max_len_b: int) -> tuple[Tensor, int, set[int]]:
     """Limits (B,) on the CPU, the longest, and the set of steps at which some sentence must end."""
     limits = max_lengths(src_lens.cpu(), max_len_a, max_len_b)
@@ -109,7 +115,7 @@ def _limits(src_lens: Tensor, max_len_a: float, max_len_b: int) -> tuple[Tensor,
 
 @torch.inference_mode()
 def greedy_search(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, max_len_a: float, max_len_b: int, return_attention: bool
+    model: Decodable, src: Tensor, src_lens: Tensor, max_len_a: float, max_len_b: int, return_attention: bool
 ) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step; finished sentences leave the batch.
 
@@ -119,6 +125,17 @@ def greedy_search(
     :param return_attention: fill :attr:`Hypothesis.attention`.
     :return: for each sentence, a list with one :class:`Hypothesis` (score = sum of log-probs).
     """
+    best = lambda log_probs, _active: log_probs.max(dim=-1)  # noqa: E731
+    return _one_path(model, src, src_lens, max_len_a, max_len_b, return_attention, best)
+
+
+def _one_path(
+    model: Decodable, src: Tensor, src_lens: Tensor, max_len_a: float, max_len_b: int, return_attention: bool,
+    pick: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Decode one output per row, ``pick(log_probs, active)`` choosing each next token from the
+    step's (A, V) log-probabilities of the active rows (A,): (its log-probability (A,), the token
+    (A,)). Greedy search and sampling."""
     batch_size, src_len = src.shape
     device = src.device
     memory, state = model.encode(src, src_lens)
@@ -132,7 +149,7 @@ def greedy_search(
     for t in range(1, t_max + 1):
         at_limit = limits <= t if t in limit_steps else None
         log_probs, state, weights = _step(model, prev, memory, state, at_limit)
-        best, prev = log_probs.max(dim=-1)  # (A,), (A,)
+        best, prev = pick(log_probs, active)  # (A,), (A,)
         tokens[active, t - 1] = prev
         scores.index_add_(0, active, best)
         if attention is not None:
@@ -144,7 +161,7 @@ def greedy_search(
         if num_ended:
             keep = (~ended).nonzero().squeeze(1)  # (A',)
             active, prev, limits = active[keep], prev[keep], limits[keep]
-            memory, state = _select(memory, keep), tuple(s.index_select(0, keep) for s in state)
+            memory, state = memory.index_select(keep), tuple(s.index_select(0, keep) for s in state)
     lengths = (tokens == EOS_ID).int().argmax(dim=1).tolist()  # first EOS of each row
     tokens_list, scores_list = tokens.tolist(), scores.tolist()
     out = []
@@ -230,6 +247,139 @@ class _Trace:
         return tokens, attention
 
 
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Drawing translations at random instead of searching (for back-translation and diversity).
+
+    At each step the next token is drawn from the model's distribution sharpened or flattened by
+    ``temperature`` (p_i ** (1/T), renormalised), restricted to the ``top_k`` most probable tokens
+    (0 = all) and to the smallest set of most probable tokens whose probability reaches ``top_p``
+    (nucleus sampling, Holtzman et al. 2020; 1.0 = all). EOS is forced at the output limit.
+
+    :param n: samples per sentence (>= 1).
+    :param seed: of the random draws: the same seed gives a sentence the same samples, whatever
+        its batch.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"sample={self.n!r}: must be an integer >= 1 (samples per sentence)")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature!r}: must be > 0")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0 (0 = every token)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p!r}: must be in (0, 1] (1 = every token)")
+
+
+def sampling_distribution(log_probs: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    """The (R, V) probabilities tokens are drawn from, given the model's (R, V) log-probabilities."""
+    scaled = log_probs / temperature
+    if top_k and top_k < scaled.size(-1):
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (R, 1)
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of the tokens ranked above each
+        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the first token is always kept
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+@torch.inference_mode()
+def sample_search(
+    model: Decodable, src: Tensor, src_lens: Tensor, sampling: SamplingSettings, max_len_a: float, max_len_b: int,
+    return_attention: bool = False, keys: Sequence[int] | None = None,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """``sampling.n`` translations of each sentence drawn at random (see :class:`SamplingSettings`).
+
+    Sample j of the sentence with key k draws from its own random stream, seeded with
+    (``sampling.seed``, k, j): the samples of a sentence do not depend on its batch.
+
+    :param keys: (B,) a number per sentence, e.g. its input line (default 0, 1, ...).
+    :return: per sentence its samples in the order drawn; a score is the model's summed
+        log-probability of the sample (untempered, EOS included).
+    """
+    n, batch_size = sampling.n, src.size(0)
+    keys = list(range(batch_size)) if keys is None else list(keys)
+    streams = [torch.Generator().manual_seed(int(np.random.SeedSequence([sampling.seed, key, j]).generate_state(1)[0]))
+               for key in keys for j in range(n)]  # fmt: skip
+
+    def pick(log_probs: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
+        probs = sampling_distribution(log_probs, sampling.temperature, sampling.top_k, sampling.top_p)  # (A, V)
+        draws = torch.cat([torch.rand(1, generator=streams[row], dtype=torch.float64) for row in active.tolist()])
+        cumulative = probs.double().cumsum(dim=-1)  # (A, V)
+        draws = (draws.to(probs.device) * cumulative[:, -1]).unsqueeze(1)  # (A, 1), inside the total mass
+        tokens = torch.searchsorted(cumulative, draws, right=True).squeeze(1).clamp(max=probs.size(-1) - 1)
+        tokens = torch.where(probs.gather(1, tokens.unsqueeze(1)).squeeze(1) > 0, tokens, probs.argmax(dim=-1))
+        return log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1), tokens
+
+    rows = _one_path(model, src.repeat_interleave(n, dim=0), src_lens.repeat_interleave(n), max_len_a, max_len_b,
+                     return_attention, pick)  # fmt: skip
+    return [[hyps[0] for hyps in rows[i * n : (i + 1) * n]] for i in range(batch_size)]
+
+
+@dataclass
+class Scored:
+    """A given target scored by the model (forced decoding).
+
+    :ivar log_probs: (T,) float CPU, the log-probability of each target token and of EOS (last),
+        under the distribution search uses (PAD and BOS excluded, no length limit).
+    :ivar attention: (T, S) float CPU, the weights with which each token was emitted; None unless
+        asked for.
+    """
+
+    log_probs: Tensor
+    attention: Tensor | None = None
+
+    @property
+    def total(self) -> float:
+        return float(self.log_probs.sum())
+
+
+@torch.inference_mode()
+def force_decode(
+    model: Decodable, src: Tensor, src_lens: Tensor, targets: list[list[int]], return_attention: bool = False
+) -> list[Scored]:
+    """Score given targets: feed each target token as the next input and read the probability the
+    model gave it, step by step through the same ``decode_step`` and normalisation as search, so
+    the score of a search output is the score search reported for it (greedy: the plain sum).
+
+    :param src: (B, S) long. :param src_lens: (B,) long. :param targets: B lists of target ids,
+        without EOS (it is scored last). :return: one :class:`Scored` per sentence.
+    """
+    batch_size, src_len = src.shape
+    device = src.device
+    lengths = [len(t) + 1 for t in targets]  # + EOS
+    t_max = max(lengths, default=1)
+    gold = torch.full((batch_size, t_max), PAD_ID, dtype=torch.long)  # (B, T)
+    for row, ids in enumerate(targets):
+        gold[row, : lengths[row]] = torch.tensor([*ids, EOS_ID], dtype=torch.long)
+    gold = gold.to(device)
+    log_probs = torch.zeros(batch_size, t_max, device=device)  # (B, T)
+    attention = torch.zeros(batch_size, t_max, src_len, device=device) if return_attention else None
+    memory, state = model.encode(src, src_lens)
+    prev = torch.full((batch_size,), BOS_ID, dtype=torch.long, device=device)
+    for t in range(t_max):
+        step_log_probs, state, weights = _step(model, prev, memory, state, None)  # (B, V)
+        log_probs[:, t] = step_log_probs.gather(1, gold[:, t : t + 1]).squeeze(1)
+        if attention is not None:
+            attention[:, t] = weights.float()
+        prev = gold[:, t]  # PAD after a row's EOS: its later steps are not read
+    log_probs_cpu = log_probs.cpu()
+    return [Scored(log_probs_cpu[row, : lengths[row]].clone(),
+                   attention[row, : lengths[row], : int(src_lens[row])].cpu() if attention is not None else None)
+            for row in range(batch_size)]  # fmt: skip
+
+
 def check_search_settings(
     beam_size: int, n_best: int, penalty: str, alpha: float, max_len_a: float, max_len_b: int, prefix: str = ""
 ) -> None:
@@ -258,7 +408,7 @@ def check_search_settings(
 
 @torch.inference_mode()
 def beam_search(
-    model: Seq2Seq,
+    model: Decodable,
     src: Tensor,
     src_lens: Tensor,
     beam_size: int,
@@ -330,7 +480,7 @@ def beam_search(
             still_rows = (still.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)  # (A'*K,)
             keep_rows, prev = keep_rows[still_rows], prev[still_rows]
             active, alive, limits, bounds, greedy = (x[still] for x in (active, alive, limits, bounds, greedy))
-            memory = _select(memory, still_rows)  # beams of a sentence share their memory rows
+            memory = memory.index_select(still_rows)  # beams of a sentence share their memory rows
         trace.tokens.append(prev)
         trace.parents.append(keep_rows)
         if num_done == num_active:
@@ -473,13 +623,31 @@ class SearchSettings:
         return cls(**{f.name: given[f.name] if given[f.name] is not None else saved[f.name] for f in fields(cls)})
 
 
+# The schemas of the ``search`` group (configs/search/): its keys are those of SearchSettings,
+# typed the same; in the ``checkpoint`` option (nmt.translate, nmt.evaluate, nmt.demo) each is
+# optional (None = the checkpoint's own value).
+_SEARCH_TYPES = get_type_hints(SearchSettings)
+SearchSchema = make_dataclass("SearchSchema", list(_SEARCH_TYPES.items()))
+SearchSchema.__doc__ = "The ``search`` group's ``default`` option: every key of :class:`SearchSettings`, typed."
+SearchOverrides = make_dataclass(
+    "SearchOverrides", [(name, Optional[kind], None) for name, kind in _SEARCH_TYPES.items()]  # noqa: UP045
+)
+SearchOverrides.__doc__ = "Decoding settings given on the command line; None keeps the checkpoint's own."
+
+
 def search(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, settings: SearchSettings, return_attention: bool = False
-) -> list[list[Hypothesis]]:
-    """Greedy search when ``beam_size == 1`` and ``n_best == 1``, else beam search.
+    model: Decodable, src: Tensor, src_lens: Tensor, settings: SearchSettings, return_attention: bool = False,
+    sampling: SamplingSettings | None = None, keys: Sequence[int] | None = None,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Greedy search when ``beam_size == 1`` and ``n_best == 1``, else beam search; with
+    ``sampling``, samples instead (``settings`` then gives only the output limit; ``keys`` number
+    the sentences' random streams, see :func:`sample_search`).
 
     :param src: (B, S) long. :param src_lens: (B,) long. :return: per sentence, its hypotheses.
     """
+    if sampling is not None:
+        return sample_search(model, src, src_lens, sampling, settings.max_len_a, settings.max_len_b, return_attention,
+                             keys)  # fmt: skip
     if settings.beam_size == 1 and settings.n_best == 1:
         return greedy_search(model, src, src_lens, settings.max_len_a, settings.max_len_b, return_attention)
     return beam_search(
@@ -511,7 +679,7 @@ def length_batches(lengths: np.ndarray, batch_size: int, unit: str) -> list[np.n
 
 
 def translate_ids(
-    model: Seq2Seq,
+    model: Decodable,
     src_ids: list[list[int]],
     settings: SearchSettings,
     batch_size: int,
@@ -519,20 +687,25 @@ def translate_ids(
     return_attention: bool = False,
     progress=None,
     batch_unit: str = "sentences",
+    sampling: SamplingSettings | None = None,
+    keys: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode many sources (subword ids, without EOS), in batches of similar length, in input order.
 
     :param batch_size: sentences (or padded source tokens, see ``batch_unit``) per batch.
     :param progress: optional callable ``progress(sentences_done_in_this_batch)``.
     :param batch_unit: ``sentences`` or ``tokens`` (see :func:`length_batches`).
-    :return: per source, its hypotheses, best first.
+    :param sampling: draw samples instead of searching.
+    :param keys: a number per source for its random stream (default: its position).
+    :return: per source, its hypotheses, best first (samples: in the order drawn).
     """
     model.eval()
+    keys = list(range(len(src_ids))) if keys is None else list(keys)
     lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)  # + EOS
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     for chunk in length_batches(lengths, batch_size, batch_unit) if len(src_ids) else []:
         src, src_lens = pad_sources([src_ids[i] for i in chunk])  # (B, S), (B,) on the CPU, as the encoder wants
-        hyps = search(model, src.to(device), src_lens, settings, return_attention)
+        hyps = search(model, src.to(device), src_lens, settings, return_attention, sampling, [keys[i] for i in chunk])
         for i, sentence_hyps in zip(chunk, hyps):
             results[i] = sentence_hyps
         if progress is not None:

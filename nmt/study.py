@@ -54,12 +54,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from nmt.checkpoint import upgrade_config
+from nmt.configs import CONFIG_DIR
 from nmt.data.corpora import MULTI30K_SPLITS
 from nmt.evaluation.report import format_report
 from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, overall_table
 from nmt.files import atomic_write_text, check_output_dir
 from nmt.plotting import save_figure
-from nmt.runtime import CONFIG_DIR
 from nmt.training.checks import INCIDENTAL, flatten
 from nmt.training.runlog import read_run, status_table, training_row, training_table
 

@@ -31,11 +31,12 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from nmt.checkpoint import load_checkpoint
+from nmt.configs import command
 from nmt.data.batches import Splits, prepare_data
 from nmt.errors import ConfigError, command_errors
 from nmt.files import atomic_write_text
 from nmt.model import Seq2Seq, build_model
-from nmt.runtime import CONFIG_DIR, RUN_LOG_FORMAT, seed_everything, set_threads, setup_logging
+from nmt.runtime import RUN_LOG_FORMAT, seed_everything, set_threads, setup_logging
 from nmt.training import distributed
 from nmt.training.checks import resume_changes, validate_config
 from nmt.training.distributed import Dist
@@ -360,7 +361,7 @@ def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@command("train")
 def main(cfg: DictConfig) -> float:
     setup_logging(fmt=RUN_LOG_FORMAT)  # the console; train() adds <run>/train.log once the config is accepted
     interrupted = "interrupted: stopped without saving (checkpoints/last.pt, if any, is complete)"  # a 2nd Ctrl-C

@@ -1,6 +1,10 @@
 """``python -m nmt.translate``: translate a text file or stdin with a checkpoint, built on
 :mod:`nmt.model` (loading) and :mod:`nmt.search` (decoding).
 
+``ckpt=a.pt+b.pt+c.pt`` decodes with an ensemble of the checkpoints (:mod:`nmt.ensemble`);
+``sample=N`` draws N translations a line at random instead of searching
+(:class:`nmt.search.SamplingSettings`), written like an n-best list when N > 1.
+
 Exactly one output line per input line, in order: lines are split at ``\\n`` only; an empty line
 gives an empty line; a line longer than ``max_src_len`` subwords is truncated (with a warning naming
 it), never dropped. With ``n_best > 1`` each input line gives up to ``n_best`` lines
@@ -18,43 +22,22 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from nmt.checkpoint import load_model
-from nmt.data.text import DataError, decode_lines, read_lines
+from nmt.configs import command
+from nmt.data.text import BAD_UTF8, DataError, decode_lines, read_input
+from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.files import atomic_write_text, check_output, check_output_dir, write_output_text
 from nmt.plotting import attention_figure, save_figure
-from nmt.runtime import CONFIG_DIR, resolve_device, set_threads, setup_logging
-from nmt.search import SearchSettings
+from nmt.runtime import resolve_device, set_threads, setup_logging
+from nmt.search import SamplingSettings, SearchSettings
 from nmt.translator import Translation, translate_lines
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
-
-BAD_UTF8 = ("error", "replace")
-
-
-def read_input(path: str, on_bad_utf8: str) -> list[str]:
-    """Lines of ``path`` (``-`` = stdin), split at ``\\n`` only.
-
-    :param on_bad_utf8: ``error`` (a :class:`DataError` naming the line) or ``replace`` (U+FFFD).
-    """
-    if on_bad_utf8 not in BAD_UTF8:
-        raise ValueError(f"on_bad_utf8={on_bad_utf8!r}: choose one of {', '.join(BAD_UTF8)}")
-    errors = "strict" if on_bad_utf8 == "error" else "replace"
-    try:
-        if path == "-":
-            return decode_lines(sys.stdin.buffer.read(), "<stdin>", errors)
-        return read_lines(path, errors)
-    except DataError as e:
-        if "invalid UTF-8" not in str(e):
-            raise
-        raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
-
 
 def _one_line(text: str) -> str:
     """A translation never breaks the one-line-per-input contract."""
@@ -117,12 +100,29 @@ def check_outputs(cfg: DictConfig) -> None:
     """Before any work: the output file and the attention folder can be written, and neither is
     the input or the checkpoint."""
     if cfg.output != "-":
-        check_output(cfg.output, "output", inputs=[cfg.input, cfg.ckpt])
+        check_output(cfg.output, "output", inputs=[cfg.input, *split_members(cfg.ckpt)])
     if cfg.attention_dir is not None:
         check_output_dir(cfg.attention_dir, "attention_dir")
 
 
 SEARCH_KEYS = tuple(f.name for f in fields(SearchSettings))  # the command's keys that override the checkpoint's
+
+
+def sampling_from_config(cfg: DictConfig) -> SamplingSettings | None:
+    """``sample=N`` (N >= 1) with its keys, or None for search."""
+    if cfg.sample == 0:
+        return None
+    try:
+        return SamplingSettings(cfg.sample, cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _method(settings: SearchSettings, sampling: SamplingSettings | None) -> str:
+    if sampling is not None:
+        return (f"{sampling.n} sample(s) a line (temperature {sampling.temperature}, top_k {sampling.top_k}, "
+                f"top_p {sampling.top_p}, seed {sampling.seed})")  # fmt: skip
+    return "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}"
 
 
 def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> SearchSettings:
@@ -131,14 +131,15 @@ def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> Sear
 
 
 def _load(cfg: DictConfig) -> tuple:
-    """Threads, device and the model: (model, src_vocab, tgt_vocab, decoding settings with the
-    given keys, device, max_src_len, seconds spent loading)."""
+    """Threads, device and the model (one checkpoint, or an ensemble of ``a.pt+b.pt``): (model,
+    src_vocab, tgt_vocab, decoding settings with the given keys, device, max_src_len, seconds
+    spent loading). An ensemble decodes with its first checkpoint's settings and data.max_len."""
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
-    model, src_vocab, tgt_vocab, config = load_model(cfg.ckpt, device)
+    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule)
     seconds = time.perf_counter() - start
-    if cfg.attention_dir is not None and not model.decoder.attention.has_alignment:
+    if cfg.attention_dir is not None and not model.has_alignment:
         raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
     return model, src_vocab, tgt_vocab, settings_from_config(cfg, config), device, max_src_len, seconds
@@ -160,20 +161,22 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     if interactive(cfg):
         return translate_stream(cfg)
     lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
+    sampling = sampling_from_config(cfg)
     model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
+    per_line = sampling.n if sampling is not None else settings.n_best
     log.info("loaded %s in %.1fs; translating %d lines on %s, %s", cfg.ckpt, load_seconds, len(lines), device,
-             "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}")  # fmt: skip
+             _method(settings, sampling))  # fmt: skip
 
     start = time.perf_counter()
     bar = tqdm(total=len(lines), unit="sent", disable=not sys.stderr.isatty(), file=sys.stderr, leave=False)
     translations = translate_lines(
         model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device, max_src_len,
-        return_attention=cfg.attention_dir is not None, progress=bar.update,
+        return_attention=cfg.attention_dir is not None, progress=bar.update, sampling=sampling,
     )  # fmt: skip
     bar.update(len(lines) - bar.n)  # the empty lines
     bar.close()
     seconds = time.perf_counter() - start
-    write_output(cfg.output, format_translations(translations, tgt_vocab, settings.n_best))
+    write_output(cfg.output, format_translations(translations, tgt_vocab, per_line))
     if cfg.attention_dir is not None:
         count = write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab)
         log.info("wrote %d alignments to %s", count, cfg.attention_dir)
@@ -187,10 +190,12 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
     one read returns are translated as one batch and written (and flushed) at once, so a user
     typing, or a program sending one line and waiting, gets each translation as soon as its line
     ends, while a fast pipe still fills batches. The output is the same as in batch mode."""
+    sampling = sampling_from_config(cfg)
     model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
+    per_line = sampling.n if sampling is not None else settings.n_best
     errors = "strict" if cfg.on_bad_utf8 == "error" else "replace"
     log.info("loaded %s; translating standard input line by line as it arrives, %s", cfg.ckpt,
-             "greedy" if settings.beam_size == 1 else f"beam {settings.beam_size}")  # fmt: skip
+             _method(settings, sampling))  # fmt: skip
     done = src_tokens = tgt_tokens = 0
     pending, start, fd = b"", time.perf_counter(), sys.stdin.fileno()
     while True:
@@ -210,8 +215,8 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
             raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
         translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
                                        max_src_len, return_attention=cfg.attention_dir is not None,
-                                       first_line=done + 1)  # fmt: skip
-        write_output("-", format_translations(translations, tgt_vocab, settings.n_best, first_index=done))
+                                       first_line=done + 1, sampling=sampling)  # fmt: skip
+        write_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done))
         if cfg.attention_dir is not None:
             write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
         done += len(lines)
@@ -229,7 +234,7 @@ def _summary(sentences: int, src_tokens: int, tgt_tokens: int, seconds: float, l
             "seconds": seconds, "sentences_per_s": rate, "load_seconds": load_seconds}  # fmt: skip
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
+@command("translate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
     with command_errors(log):

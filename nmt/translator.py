@@ -7,6 +7,7 @@ is the batched core that ``python -m nmt.translate`` uses too.
     out = t.translate(["Ein Hund rennt.", "Zwei Männer spielen Fußball."], beam_size=5, return_attention=True)
     out[0].text, out[0].score, out[0].src_tokens, out[0].tgt_tokens, out[0].attention  # (T, S) numpy
     t.plot_attention(out[0])  # a matplotlib Figure
+    Translator.from_checkpoint(["a/best.pt", "b/best.pt", "c/best.pt"])  # an ensemble of three
 
 Decoding defaults to the checkpoint's own (its recipe's ``train.search``); each keyword given
 replaces one setting.
@@ -24,11 +25,21 @@ import torch
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
-from nmt.checkpoint import load_model
+from nmt.ensemble import Ensemble, load_system
 from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure
 from nmt.runtime import resolve_device, set_threads
-from nmt.search import Hypothesis, SearchSettings, translate_ids
+from nmt.search import (
+    Hypothesis,
+    SamplingSettings,
+    Scored,
+    SearchSettings,
+    force_decode,
+    length_batches,
+    length_penalty,
+    translate_ids,
+)
+from nmt.tokens import pad_sources
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -72,6 +83,7 @@ def translate_lines(
     return_attention: bool = False,
     progress=None,
     first_line: int = 1,
+    sampling: SamplingSettings | None = None,
 ) -> list[Translation]:
     """Translate ``lines``; one :class:`Translation` per line, in order.
 
@@ -85,16 +97,70 @@ def translate_lines(
     :param return_attention: keep the best hypotheses' attention (T, S) for alignments.
     :param progress: optional callable ``progress(sentences_done)``, called after each batch.
     :param first_line: the number of ``lines[0]`` in warnings (a stream translated in parts).
+    :param sampling: draw ``sampling.n`` samples per line instead of searching.
     """
     src_ids = encode_sources(lines, src_vocab, max_src_len, first_line)
     nonempty = [i for i, ids in enumerate(src_ids) if ids]
     hyps = translate_ids(
-        model, [src_ids[i] for i in nonempty], settings, batch_size, device, return_attention, progress, batch_unit
-    )
+        model, [src_ids[i] for i in nonempty], settings, batch_size, device, return_attention, progress, batch_unit,
+        sampling, [first_line + i for i in nonempty],  # a line's samples depend on its number, not its batch
+    )  # fmt: skip
     out = [Translation(ids, []) for ids in src_ids]
     for i, sentence_hyps in zip(nonempty, hyps):
         out[i].hypotheses = sentence_hyps
     return out
+
+
+@dataclass
+class Score:
+    """A given translation scored by the model (:func:`score_pairs`).
+
+    :ivar logprob: the summed log-probability of its subwords and EOS.
+    :ivar normalized: ``logprob / lp(length)`` with the length penalty of beam search (comparable
+        with a beam hypothesis's score; with ``none`` the same as ``logprob``).
+    :ivar tokens: its subwords, ``</s>`` last (``length`` of them).
+    :ivar token_logprobs: the log-probability of each, in order.
+    """
+
+    logprob: float
+    normalized: float
+    tokens: list[str]
+    token_logprobs: list[float]
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+def score_pairs(
+    model: Seq2Seq | Ensemble, src_vocab: Vocab, tgt_vocab: Vocab, sources: list[str], targets: list[str],
+    penalty: str, alpha: float, batch_size: int, device: torch.device, max_src_len: int,
+    return_attention: bool = False,
+) -> tuple[list[Score], list[Scored]]:  # fmt: skip
+    """Score ``targets[i]`` as the translation of ``sources[i]`` (forced decoding), in batches of
+    similar source length.
+
+    :return: one :class:`Score` per pair, in order, and the raw :class:`~nmt.search.Scored`
+        (subword log-probabilities, and attention if asked for).
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one translation per source")
+    src_ids = encode_sources(sources, src_vocab, max_src_len)
+    tgt_ids = tgt_vocab.encode(targets)
+    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)
+    raw: list[Scored | None] = [None] * len(sources)
+    model.eval()
+    for chunk in length_batches(lengths, batch_size, "sentences") if sources else []:
+        src, src_lens = pad_sources([src_ids[i] for i in chunk])
+        scored = force_decode(model, src.to(device), src_lens, [tgt_ids[i] for i in chunk], return_attention)
+        for i, one in zip(chunk, scored):
+            raw[i] = one
+    out = []
+    for ids, one in zip(tgt_ids, raw):
+        total = one.total
+        lp = float(length_penalty(torch.tensor(float(len(ids) + 1)), penalty, alpha))
+        out.append(Score(total, total / lp, tgt_vocab.pieces(ids) + ["</s>"], one.log_probs.tolist()))
+    return out, raw
 
 
 @dataclass
@@ -123,33 +189,40 @@ class TranslationResult:
 class Translator:
     """A loaded model with its vocabularies and its checkpoint's decoding settings.
 
-    :param model: the model (eval mode, on ``device``).
+    :param model: the model, or an ensemble of models (eval mode, on ``device``).
     :param src_vocab: source vocabulary.
     :param tgt_vocab: target vocabulary.
     :param config: the checkpoint's config (its ``train.search`` is the default decoding).
     :param device: where the model runs.
     """
 
-    def __init__(self, model: Seq2Seq, src_vocab: Vocab, tgt_vocab: Vocab, config: DictConfig, device: torch.device):
+    def __init__(self, model: Seq2Seq | Ensemble, src_vocab: Vocab, tgt_vocab: Vocab, config: DictConfig,
+                 device: torch.device):  # fmt: skip
         self.model, self.src_vocab, self.tgt_vocab, self.config, self.device = model, src_vocab, tgt_vocab, config, device
         self.settings = SearchSettings(**config.train.search)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto", threads: int = 0) -> Translator:
-        """Load a checkpoint written by ``nmt.train`` (or an averaged or trained-weights file).
+    def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto", threads: int = 0,
+                        ensemble_rule: str = "log_mean") -> Translator:  # fmt: skip
+        """Load a checkpoint written by ``nmt.train`` (or an averaged or trained-weights file), or
+        several as one ensemble.
 
-        :param path: the checkpoint file; it is read as data (it cannot run code).
+        :param path: the checkpoint file, read as data (it cannot run code); a list of files (or
+            ``"a.pt+b.pt"``) decodes as an ensemble (:mod:`nmt.ensemble`) with the first one's
+            decoding settings.
+        :param ensemble_rule: how an ensemble combines its members: ``log_mean`` or ``mean``.
         :param device: ``auto`` (a GPU if there is one), ``cpu``, ``cuda``, ``cuda:1``...
         :param threads: torch threads; 0 keeps torch's default.
         :raise CheckpointError: one line naming the file, for any checkpoint that cannot be used.
         """
         set_threads(threads)
         resolved = resolve_device(device)
-        return cls(*load_model(path, resolved), resolved)
+        spec = list(path) if isinstance(path, Sequence) and not isinstance(path, str) else path
+        return cls(*load_system(spec, resolved, ensemble_rule), resolved)
 
     @property
     def has_attention(self) -> bool:
-        return self.model.decoder.attention.has_alignment
+        return self.model.has_alignment
 
     def translate(
         self,
@@ -162,11 +235,19 @@ class Translator:
         max_len_b: int | None = None,
         return_attention: bool = False,
         batch_size: int = 64,
+        sample: int = 0,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 1,
     ) -> TranslationResult | list[TranslationResult]:
         """Translate one sentence (a string: one result) or several (a list: one result each, in order).
 
         The decoding keywords default to the checkpoint's ``train.search``; ``return_attention``
         fills :attr:`TranslationResult.attention` (None for a model without attention).
+        ``sample=N`` draws N translations at random instead of searching, with ``temperature``,
+        ``top_k``, ``top_p`` and ``seed`` (:class:`~nmt.search.SamplingSettings`): ``nbest``
+        holds them in the order drawn, ``text`` is the first.
         """
         single = isinstance(sentences, str)
         lines = [sentences] if single else list(sentences)
@@ -174,10 +255,26 @@ class Translator:
                      max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
         settings = SearchSettings.from_checkpoint(asdict(self.settings), given)
         attend = return_attention and self.has_attention
+        sampling = SamplingSettings(sample, temperature, top_k, top_p, seed) if sample else None
         translations = translate_lines(self.model, self.src_vocab, lines, settings, batch_size, "sentences",
-                                       self.device, self.config.data.max_len, return_attention=attend)  # fmt: skip
+                                       self.device, self.config.data.max_len, return_attention=attend,
+                                       sampling=sampling)  # fmt: skip
         results = [self._result(line, t, attend) for line, t in zip(lines, translations)]
         return results[0] if single else results
+
+    def score(self, sources: str | Sequence[str], targets: str | Sequence[str], length_penalty: str | None = None,
+              alpha: float | None = None, batch_size: int = 64) -> Score | list[Score]:  # fmt: skip
+        """The model's log-probability of given translations (forced decoding): one source and
+        target (strings: one :class:`Score`) or lists of them (one each, in order). The
+        normalised score uses the checkpoint's length penalty unless given."""
+        single = isinstance(sources, str)
+        src = [sources] if single else list(sources)
+        tgt = [targets] if isinstance(targets, str) else list(targets)
+        penalty = length_penalty if length_penalty is not None else self.settings.length_penalty
+        exponent = alpha if alpha is not None else self.settings.alpha
+        scores, _ = score_pairs(self.model, self.src_vocab, self.tgt_vocab, src, tgt, penalty, exponent, batch_size,
+                                self.device, self.config.data.max_len)  # fmt: skip
+        return scores[0] if single else scores
 
     def _result(self, line: str, translation: Translation, attend: bool) -> TranslationResult:
         src_tokens = self.src_vocab.pieces(translation.src_ids) + ["</s>"]

@@ -22,12 +22,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+import nmt.configs  # noqa: F401 (registers the schemas that configs/ names)
 from nmt.data.subwords import VocabSettings, train_sentencepiece
 from nmt.model import Seq2Seq, build_model
 from nmt.vocab import PAD_ID, Vocab
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+CONFIG_DIR = REPO_ROOT / "configs"  # nmt.configs (imported above: it registers the config schemas)
 
 ATTENTIONS = ["bahdanau", "luong_dot", "luong_general", "scaled_dot", "none"]
 # (config option, overrides): the Luong decoder with and without input feeding

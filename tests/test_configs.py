@@ -4,6 +4,10 @@ schedulers step; unknown options and misspelled keys fail loudly."""
 
 from __future__ import annotations
 
+import ast
+from dataclasses import fields
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import ATTENTIONS, CONFIG_DIR, build_tiny_model
@@ -13,11 +17,14 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+import nmt
+from nmt.configs import composition_problem
 from nmt.data.corpora import load_corpus
 from nmt.data.subwords import VocabSettings
 from nmt.errors import ConfigError
 from nmt.model import Seq2Seq, build_model
 from nmt.search import SearchSettings
+from nmt.training.settings import TrainSettings
 
 
 def _options(group: str) -> list[str]:
@@ -201,11 +208,18 @@ def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: lis
     en_de = compose_cfg("experiment=multi30k_en_de_best", *model)
     assert isinstance(build_model(de_en.model, 60, 70), Seq2Seq)
     assert (de_en.data.src_lang, de_en.data.tgt_lang, en_de.data.src_lang, en_de.data.tgt_lang) == ("de", "en", "en", "de")
-    assert OmegaConf.to_container(de_en.train, resolve=True) == OmegaConf.to_container(en_de.train, resolve=True)
+    train = {name: OmegaConf.to_container(cfg.train, resolve=True) for name, cfg in (("de_en", de_en), ("en_de", en_de))}
+    de_en_schedule, en_de_schedule = train["de_en"].pop("scheduler"), train["en_de"].pop("scheduler")
+    assert train["de_en"] == train["en_de"]
     assert (de_en.model.src_word_dropout, de_en.model.tgt_word_dropout) == (0.0, 0.0)
     assert de_en.model == en_de.model
-    updates_per_epoch = 134  # Multi30k train with 4096-token batches
-    assert max(de_en.train.scheduler.milestones) < de_en.train.max_epochs * updates_per_epoch
+    # de-en halves after epochs 10, 12 and 14 of 16; en-de at the updates where its measured runs did:
+    # the de-en epoch ends (Multi30k train in 4096-token batches: 134 updates an epoch de-en, 133 en-de)
+    assert (de_en_schedule["unit"], de_en_schedule["milestones"]) == ("epoch", [10, 12, 14])
+    assert max(de_en_schedule["milestones"]) < de_en.train.max_epochs
+    de_en_ends = [134 * m for m in de_en_schedule["milestones"]]
+    assert (en_de_schedule["unit"], en_de_schedule["milestones"]) == ("update", de_en_ends)
+    assert max(en_de_schedule["milestones"]) < en_de.train.max_epochs * 133
 
 
 def test_command_line_overrides_the_experiment(compose_cfg) -> None:
@@ -233,11 +247,63 @@ def test_misspelled_key_fails(compose_cfg) -> None:
         build_model(cfg.model, 30, 30)
 
 
+@pytest.mark.parametrize(("override", "key"), [("train.max_epochs=abc", "train.max_epochs"),
+                                               ("train.overwrite=maybe", "train.overwrite"),
+                                               ("train.search.beam_size=wide", "train.search.beam_size"),
+                                               ("train.max_epoch=3", "train.max_epoch"),
+                                               ("train.seed=1.5", "train.seed")])  # fmt: skip
+def test_the_train_schema_refuses_unknown_keys_and_wrong_types(compose_cfg, override: str, key: str) -> None:
+    with pytest.raises(ConfigCompositionException) as raised:
+        compose_cfg(override)
+    assert composition_problem("train", [override]).startswith(f"{key}: ")  # the commands' one line
+    assert key in str(raised.value.__cause__ or raised.value)
+
+
+def test_the_search_schema_types_translate_evaluate_and_demo() -> None:
+    assert composition_problem("translate", ["ckpt=x", "beam_size=5", "alpha=1"]) is None
+    assert composition_problem("translate", ["ckpt=x", "beam_size=wide"]).startswith("beam_size: ")
+    assert composition_problem("evaluate", ["out_dir=o", "search.max_len_b=1.5"]).startswith("search.max_len_b: ")
+    assert composition_problem("demo", ["beam_size=x"]).startswith("beam_size: ")
+
+
+def test_a_typo_in_a_recipe_file_is_refused_naming_the_key(tmp_path) -> None:
+    """Without the schema a misspelt key in a user's own experiment file was merged silently."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ntrain:\n  max_epoch: 3\n")
+    problem = composition_problem("train", [f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
+    assert problem is not None and "train.max_epoch: no such setting" in problem and "experiment/mine" in problem
+
+
+def test_only_the_commands_import_the_configs_package() -> None:
+    """The import-linter layers cannot see nmt.configs (it is the configs/ folder): the commands
+    and nothing below them may import it."""
+    commands = {"train", "translate", "evaluate", "demo", "study", "average", "score"}
+    package = Path(nmt.__file__).parent
+    importers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+            if isinstance(node, ast.Import | ast.ImportFrom) and any(n.startswith("nmt.configs") for n in names):
+                importers.add(path.relative_to(package).with_suffix("").as_posix())
+    assert importers and importers <= commands, importers
+
+
+def test_every_train_and_search_key_is_typed_and_given_a_default(compose_cfg) -> None:
+    """The schema and the YAML defaults name the same keys: nothing composes to ??? and nothing
+    in the YAML lacks a type."""
+    cfg = compose_cfg()
+    assert set(cfg.train) == {f.name for f in fields(TrainSettings)}
+    assert set(cfg.train.search) == {f.name for f in fields(SearchSettings)}
+    assert OmegaConf.missing_keys(cfg.train) == set()
+    assert OmegaConf.get_type(cfg.train) is TrainSettings
+
+
 def test_one_search_group_serves_training_translation_and_evaluation(compose_cfg) -> None:
     """The decoding keys and defaults are written once (configs/search/); translate and evaluate
     leave every key null, meaning the checkpoint's own train.search."""
     assert _options("search") == ["checkpoint", "default"]
     default = OmegaConf.load(CONFIG_DIR / "search" / "default.yaml")
+    default.pop("defaults")  # the schema: nmt.search.SearchSchema
     assert OmegaConf.to_container(compose_cfg().train.search) == OmegaConf.to_container(default)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         translate, evaluate = compose("translate", overrides=["ckpt=x"]), compose("evaluate", overrides=["out_dir=o"])

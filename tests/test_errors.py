@@ -60,3 +60,18 @@ def test_command_errors_maps_each_error_to_one_line_and_a_status(error: BaseExce
     assert exit_info.value.code == status
     (record,) = caplog.records
     assert "\n" not in record.getMessage() and record.getMessage()
+
+
+@pytest.mark.parametrize(("args", "key"), [(["-m", "nmt.train", "train.max_epoch=3"], "train.max_epoch"),
+                                           (["-m", "nmt.train", "train.seed=abc"], "train.seed"),
+                                           (["-m", "nmt.translate", "ckpt=x.pt", "beam_size=wide"], "beam_size"),
+                                           (["-m", "nmt.evaluate", "out_dir=o", "search.alpha=high"], "search.alpha"),
+                                           (["-m", "nmt.demo", "n_bset=3"], "n_bset")])  # fmt: skip
+def test_a_command_line_that_does_not_compose_is_one_line_and_status_2(args: list[str], key: str, tmp_path: Path) -> None:
+    """An unknown key or a wrongly typed value is refused by the config schema before the command
+    runs: one line naming the key, status 2, nothing written (train makes no run folder)."""
+    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{key}: " in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []

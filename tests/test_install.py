@@ -40,7 +40,7 @@ def test_wheel_in_a_fresh_venv_runs_every_command_from_an_empty_folder(tmp_path:
 
     empty = tmp_path / "elsewhere"
     empty.mkdir()
-    show = "import nmt, nmt.runtime; print(nmt.__file__); print(nmt.runtime.CONFIG_DIR)"
+    show = "import nmt, nmt.configs; print(nmt.__file__); print(nmt.configs.CONFIG_DIR)"
     where = subprocess.run([str(fresh_python), "-c", show], cwd=empty, capture_output=True, text=True,
                            check=True).stdout.split()  # fmt: skip
     assert all(Path(p).is_relative_to(purelib) for p in where), where  # not this checkout

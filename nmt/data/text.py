@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,3 +167,24 @@ MIN_ROWS_PER_PROCESS = 50_000  # smaller datasets are mapped in this process (wo
 def worker_processes(num_proc: int, rows: int) -> int | None:
     """``num_proc`` for ``Dataset.map`` over ``rows`` rows: None (this process) unless it pays."""
     return num_proc if num_proc > 1 and rows >= MIN_ROWS_PER_PROCESS else None
+
+
+BAD_UTF8 = ("error", "replace")
+
+
+def read_input(path: str, on_bad_utf8: str) -> list[str]:
+    """Lines of ``path`` (``-`` = stdin), split at ``\\n`` only: what the commands read.
+
+    :param on_bad_utf8: ``error`` (a :class:`DataError` naming the line) or ``replace`` (U+FFFD).
+    """
+    if on_bad_utf8 not in BAD_UTF8:
+        raise ValueError(f"on_bad_utf8={on_bad_utf8!r}: choose one of {', '.join(BAD_UTF8)}")
+    errors = "strict" if on_bad_utf8 == "error" else "replace"
+    try:
+        if path == "-":
+            return decode_lines(sys.stdin.buffer.read(), "<stdin>", errors)
+        return read_lines(path, errors)
+    except DataError as e:
+        if "invalid UTF-8" not in str(e):
+            raise
+        raise DataError(f"{e}, or run with on_bad_utf8=replace") from None

@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -40,6 +40,7 @@ from nmt.training.checks import flatten
 from nmt.training.distributed import Dist
 from nmt.training.ema import WeightAverage
 from nmt.training.runlog import METRICS, MetricsLog
+from nmt.training.schedule import stepped_every
 
 log = logging.getLogger("nmt.train")
 
@@ -275,6 +276,8 @@ class Trainer:
             self._skip()
         if end_of_epoch:
             p.epoch, p.update_in_epoch = p.epoch + 1, 0
+            if stepped_every(self.scheduler) == "epoch":
+                self.scheduler.step()
         self._check_budget()
         return stats
 
@@ -290,7 +293,7 @@ class Trainer:
     def _count(self, stats: UpdateStats) -> None:
         """A good update: the schedule steps, the average follows."""
         self.progress.bad_steps = 0
-        if not isinstance(self.scheduler, ReduceLROnPlateau):
+        if stepped_every(self.scheduler) == "update":
             self.scheduler.step()
         self.progress.step += 1
         self.rate.add(stats.tokens)
@@ -335,7 +338,7 @@ class Trainer:
                 bleu = _validate(self.model, self.data, self.val_settings, self.cfg, self.writer, self.metrics, p.step,
                                  self.run_dir)  # fmt: skip
         bleu = self.job.broadcast(bleu)
-        if isinstance(self.scheduler, ReduceLROnPlateau):
+        if stepped_every(self.scheduler) == "validation":
             self.scheduler.step(bleu)
         improved = bleu > p.best_bleu
         p.best_bleu = max(p.best_bleu, bleu)
@@ -415,7 +418,7 @@ def _validate(model: Seq2Seq, data: Splits, settings, cfg, writer, metrics: Metr
     writer.add_scalar("valid/ppl", perplexity(nll), step)
     writer.add_scalar("valid/bleu", scores.bleu, step)
     writer.add_scalar("valid/chrf", scores.chrf, step)
-    if model.decoder.attention.has_alignment:
+    if model.has_alignment:
         _log_heatmaps(model, valid, data, settings, cfg.train.num_heatmaps, writer, step, device)
     seconds = time.perf_counter() - start
     log.info("validation at update %d: loss %.4f, ppl %.2f, BLEU %.2f, chrF %.2f (%.1fs) [%s]",
