@@ -1,0 +1,241 @@
+"""Word alignments from attention, and how good they are (alignment error rate).
+
+A model attends from target subwords to source subwords; a word alignment links the words of the
+original, whitespace-tokenized sentences. The steps:
+
+1. :func:`piece_words`: which whitespace word each subword belongs to (from sentencepiece's
+   offsets into the text, so any normalisation is accounted for).
+2. :func:`word_weights`: the (T, S) subword attention as a (target words x source words) matrix:
+   a target word's row is the mean of its subwords' rows, a source word's column the sum of its
+   subwords' columns (the attention mass the word received); the ``</s>`` row and column are
+   dropped.
+3. :func:`hard_links`: links from that matrix, each target word to its most attended source word
+   (``argmax``), or every pair with weight >= a threshold (``threshold``).
+4. :func:`symmetrize`: the links of a model of each direction combined (intersection, union,
+   grow-diag, grow-diag-final; Koehn et al. 2003).
+5. :func:`alignment_error_rate`: AER, precision and recall against gold sure (S) and possible
+   (P) links, S a subset of P (Och & Ney 2003):
+
+       precision = |A & P| / |A|,  recall = |A & S| / |S|,  AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)
+
+A link is ``(i, j)``: source word i, target word j, both 0-based, written ``i-j`` (Pharaoh format).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+Link = tuple[int, int]
+EXTRACTIONS = ("argmax", "threshold")
+SYMMETRIZATIONS = ("intersection", "union", "grow_diag", "grow_diag_final")
+
+
+def word_offsets(text: str) -> list[tuple[int, int]]:
+    """UTF-8 byte spans (begin, end) of the whitespace-separated words of ``text``."""
+    spans, pos, data = [], 0, text.encode("utf-8")
+    for word in text.split():
+        raw = word.encode("utf-8")
+        begin = data.index(raw, pos)
+        spans.append((begin, begin + len(raw)))
+        pos = begin + len(raw)
+    return spans
+
+
+def piece_words(sp, text: str) -> tuple[list[int], list[int]]:
+    """Subword ids of ``text`` and, for each, the index of the whitespace word it belongs to.
+
+    :param sp: a ``sentencepiece.SentencePieceProcessor`` (``Vocab.sp``).
+    :return: ids (without EOS) and word indices, one each; a piece made of whitespace only (a
+        lone ``▁``) belongs to the word after it.
+    """
+    proto = sp.encode(text, return_type="proto")
+    spans = word_offsets(text)
+    data = text.encode("utf-8")
+    ids, words, pending = [], [], []
+    for piece in proto.pieces:
+        begin = piece.begin
+        while begin < piece.end and data[begin : begin + 1].isspace():
+            begin += 1
+        ids.append(piece.id)
+        if begin >= piece.end:  # whitespace only: it joins the next word
+            words.append(-1)
+            pending.append(len(words) - 1)
+            continue
+        word = next((k for k, (b, e) in enumerate(spans) if b <= begin < e), len(spans) - 1)
+        words.append(word)
+        for k in pending:
+            words[k] = word
+        pending = []
+    for k in pending:  # trailing whitespace pieces: the last word
+        words[k] = max(len(spans) - 1, 0)
+    return ids, words
+
+
+def word_weights(weights: np.ndarray, src_words: Sequence[int], tgt_words: Sequence[int]) -> np.ndarray:
+    """(target words, source words) attention from (T, S) subword attention.
+
+    :param weights: (T, S), rows the target subwords and ``</s>`` (last), columns the source
+        subwords and ``</s>`` (last); extra trailing rows or columns (padding) are ignored.
+    :param src_words: the word of each source subword (S - 1 of them); ``tgt_words`` likewise.
+    :return: (max(tgt_words) + 1, max(src_words) + 1) float: row j the mean of target word j's
+        subword rows, column i the sum of source word i's subword columns.
+    """
+    n_src, n_tgt = max(src_words, default=-1) + 1, max(tgt_words, default=-1) + 1
+    sub = np.asarray(weights, dtype=np.float64)[: len(tgt_words), : len(src_words)]
+    cols = np.zeros((sub.shape[0], n_src))
+    np.add.at(cols.T, np.asarray(src_words), sub.T)  # sum the columns of each source word
+    rows = np.zeros((n_tgt, n_src))
+    np.add.at(rows, np.asarray(tgt_words), cols)
+    counts = np.bincount(np.asarray(tgt_words, dtype=np.int64), minlength=n_tgt)[:, None]
+    return rows / np.maximum(counts, 1)
+
+
+def hard_links(matrix: np.ndarray, method: str = "argmax", threshold: float = 0.0) -> set[Link]:
+    """Links ``(source word, target word)`` from a (target words, source words) weight matrix.
+
+    :param method: ``argmax`` (each target word to its most attended source word; with a
+        ``threshold``, only where that weight reaches it) or ``threshold`` (every pair whose
+        weight reaches ``threshold``).
+    """
+    if method not in EXTRACTIONS:
+        raise ValueError(f"method={method!r}: choose one of {', '.join(EXTRACTIONS)}")
+    if matrix.size == 0:
+        return set()
+    if method == "threshold":
+        rows, cols = np.nonzero(matrix >= threshold)
+        return {(int(i), int(j)) for j, i in zip(rows, cols)}
+    best = matrix.argmax(axis=1)
+    return {(int(i), j) for j, i in enumerate(best) if matrix[j, i] >= threshold}
+
+
+def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link]:
+    """Combine the links of a source->target model (``forward``) and of a target->source model
+    (``backward``, already flipped to ``(source word, target word)``).
+
+    ``grow_diag`` starts from the intersection and adds the union links next to a link (also
+    diagonally) one of whose words is not aligned yet, until nothing changes; ``grow_diag_final``
+    then adds the remaining union links one of whose words is still unaligned.
+    """
+    if method not in SYMMETRIZATIONS:
+        raise ValueError(f"symmetrization={method!r}: choose one of {', '.join(SYMMETRIZATIONS)}")
+    both, either = forward & backward, forward | backward
+    if method == "intersection":
+        return both
+    if method == "union":
+        return either
+    links = set(both)
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grew = True
+    while grew:
+        grew = False
+        for i, j in sorted(links):
+            for di, dj in neighbours:
+                cand = (i + di, j + dj)
+                if cand in either and cand not in links:
+                    src_free = all(a != cand[0] for a, _ in links)
+                    tgt_free = all(b != cand[1] for _, b in links)
+                    if src_free or tgt_free:
+                        links.add(cand)
+                        grew = True
+    if method == "grow_diag_final":
+        for cand in sorted(either - links):
+            if all(a != cand[0] for a, _ in links) or all(b != cand[1] for _, b in links):
+                links.add(cand)
+    return links
+
+
+@dataclass
+class GoldAlignment:
+    """One sentence pair's gold links: ``sure`` ⊆ ``possible``."""
+
+    sure: set[Link]
+    possible: set[Link]
+
+
+def parse_pharaoh(line: str, one_based: bool = False, where: str = "") -> GoldAlignment:
+    """``i-j`` (sure) and ``ipj`` (possible) links of one line; sure links are possible too.
+
+    :param one_based: the indices count from 1 (as in the NAACL 2003 English-French set).
+    :raise ValueError: a token that is neither, naming ``where``.
+    """
+    sure, possible = set(), set()
+    shift = 1 if one_based else 0
+    for token in line.split():
+        sep = "-" if "-" in token else "p" if "p" in token else None
+        left, _, right = token.partition(sep) if sep else ("", "", "")
+        if not (left.isdigit() and right.isdigit()):
+            raise ValueError(f"{where}: {token!r} is not a link i-j or ipj")
+        link = (int(left) - shift, int(right) - shift)
+        if link[0] < 0 or link[1] < 0:
+            raise ValueError(f"{where}: {token!r} has index 0, but the links are 1-based (one_based=true)")
+        possible.add(link)
+        if sep == "-":
+            sure.add(link)
+    return GoldAlignment(sure, possible)
+
+
+def read_gold(path: str | Path, num_pairs: int | None = None, one_based: bool = False) -> list[GoldAlignment]:
+    """Gold alignments from a file: Pharaoh (one line a pair, ``i-j`` / ``ipj``), or the NAACL
+    2003 format (``pair i j [S|P] [confidence]`` a line, pairs and words 1-based), told apart by
+    their first line.
+
+    :param num_pairs: the number of sentence pairs (NAACL lists only pairs with links).
+    :raise ValueError: a malformed line, naming the file and line.
+    """
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = next((line.split() for line in lines if line.strip()), [])
+    if len(first) >= 3 and all(part.isdigit() for part in first[:3]):
+        return _read_naacl(lines, path, num_pairs)
+    gold = [parse_pharaoh(line, one_based, f"{path}, line {n}") for n, line in enumerate(lines, start=1)]
+    if num_pairs is not None and len(gold) != num_pairs:
+        raise ValueError(f"{path}: {len(gold)} lines of links for {num_pairs} sentence pairs")
+    return gold
+
+
+def _read_naacl(lines: list[str], path: Path, num_pairs: int | None) -> list[GoldAlignment]:
+    pairs: dict[int, GoldAlignment] = {}
+    for n, line in enumerate(lines, start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 3 or not all(p.isdigit() for p in parts[:3]) or (len(parts) > 3 and parts[3] not in "SP"):
+            raise ValueError(f"{path}, line {n}: expected 'pair i j [S|P] [confidence]', got {line[:60]!r}")
+        pair, link = int(parts[0]), (int(parts[1]) - 1, int(parts[2]) - 1)
+        gold = pairs.setdefault(pair, GoldAlignment(set(), set()))
+        gold.possible.add(link)
+        if len(parts) == 3 or parts[3] == "S":
+            gold.sure.add(link)
+    count = num_pairs if num_pairs is not None else max(pairs, default=0)
+    return [pairs.get(k, GoldAlignment(set(), set())) for k in range(1, count + 1)]
+
+
+def alignment_error_rate(predicted: Iterable[set[Link]], gold: Iterable[GoldAlignment]) -> dict[str, float]:
+    """AER, precision and recall over a corpus (counts summed over its pairs, then divided).
+
+    :return: ``aer``, ``precision``, ``recall`` (fractions in [0, 1]) and ``links`` (predicted).
+    """
+    a = s = a_s = a_p = 0
+    for links, g in zip(predicted, gold, strict=True):
+        possible = g.possible | g.sure
+        a, s = a + len(links), s + len(g.sure)
+        a_s, a_p = a_s + len(links & g.sure), a_p + len(links & possible)
+    return {"aer": 1.0 - (a_s + a_p) / max(a + s, 1), "precision": a_p / max(a, 1), "recall": a_s / max(s, 1),
+            "links": float(a)}  # fmt: skip
+
+
+def format_links(links: set[Link]) -> str:
+    """Pharaoh ``i-j`` pairs, sorted by target then source word."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda link: (link[1], link[0])))
+
+
+def diagonal_links(num_src: int, num_tgt: int) -> set[Link]:
+    """The baseline that aligns target word j (of T) to the source word (of S) under the middle of
+    its position: floor((j + 0.5) * S / T)."""
+    if num_src == 0 or num_tgt == 0:
+        return set()
+    return {(min(num_src - 1, int((j + 0.5) * num_src / num_tgt)), j) for j in range(num_tgt)}

@@ -1,0 +1,115 @@
+"""Word alignments from attention: subwords map to the original words, subword attention becomes
+word attention (rows: mean, columns: sum), links are extracted and symmetrised, gold files in both
+formats are read, and AER, precision and recall follow Och & Ney's definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmt.evaluation.word_alignment import (
+    GoldAlignment,
+    alignment_error_rate,
+    diagonal_links,
+    format_links,
+    hard_links,
+    parse_pharaoh,
+    piece_words,
+    read_gold,
+    symmetrize,
+    word_offsets,
+    word_weights,
+)
+
+
+def test_every_subword_maps_to_the_word_it_spells(tiny_vocab, toy_corpus) -> None:
+    spaced = "  " + "   ".join(toy_corpus.src_lines[0].split()) + " "
+    for text in [*toy_corpus.src_lines[:30], spaced]:
+        ids, words = piece_words(tiny_vocab.sp, text)
+        assert len(ids) == len(words) and words == sorted(words)
+        tokens = text.split()
+        assert set(words) == set(range(len(tokens)))  # every word has a subword, in order
+        for k, token in enumerate(tokens):
+            spelled = tiny_vocab.sp.decode([i for i, w in zip(ids, words) if w == k])
+            assert spelled == token
+
+
+def test_word_offsets_are_byte_spans() -> None:
+    assert word_offsets(" für  a") == [(1, 5), (7, 8)]
+
+
+def test_word_weights_average_target_rows_and_sum_source_columns() -> None:
+    # source subwords: w0 w0 w1 </s>; target subwords: v0 v1 v1 </s>
+    weights = np.array([[0.5, 0.2, 0.2, 0.1],
+                        [0.1, 0.1, 0.7, 0.1],
+                        [0.3, 0.3, 0.3, 0.1],
+                        [0.0, 0.0, 0.0, 1.0]])  # fmt: skip
+    matrix = word_weights(weights, src_words=[0, 0, 1], tgt_words=[0, 1, 1])
+    np.testing.assert_allclose(matrix, [[0.7, 0.2], [0.4, 0.5]])
+
+
+def test_hard_links() -> None:
+    matrix = np.array([[0.7, 0.2, 0.1], [0.1, 0.45, 0.45], [0.05, 0.05, 0.9]])
+    assert hard_links(matrix) == {(0, 0), (1, 1), (2, 2)}  # ties: the first source word
+    assert hard_links(matrix, "argmax", threshold=0.5) == {(0, 0), (2, 2)}
+    assert hard_links(matrix, "threshold", threshold=0.4) == {(0, 0), (1, 1), (2, 1), (2, 2)}
+    with pytest.raises(ValueError, match="method='best'"):
+        hard_links(matrix, "best")
+
+
+def test_symmetrization_of_a_known_pair() -> None:
+    forward = {(0, 0), (1, 1), (2, 1)}
+    backward = {(0, 0), (1, 1), (2, 2), (3, 3)}
+    assert symmetrize(forward, backward, "intersection") == {(0, 0), (1, 1)}
+    assert symmetrize(forward, backward, "union") == forward | backward
+    # (2, 2) neighbours (1, 1) and source word 2 is unaligned; (2, 1) too; then (3, 3) next to (2, 2)
+    assert symmetrize(forward, backward, "grow_diag") == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 3)}
+
+
+links = st.sets(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(forward=links, backward=links)
+def test_symmetrizations_are_nested(forward, backward) -> None:
+    inter, union = symmetrize(forward, backward, "intersection"), symmetrize(forward, backward, "union")
+    grow, final = symmetrize(forward, backward, "grow_diag"), symmetrize(forward, backward, "grow_diag_final")
+    assert inter <= grow <= final <= union
+
+
+def test_aer_precision_recall() -> None:
+    gold = [GoldAlignment(sure={(0, 0), (1, 1)}, possible={(0, 0), (1, 1), (1, 2)})]
+    assert alignment_error_rate([{(0, 0), (1, 1)}], gold) == {"aer": 0.0, "precision": 1.0, "recall": 1.0, "links": 2.0}
+    # A = {(0,0), (1,2), (2,2)}: |A&S| = 1, |A&P| = 2, |A| = 3, |S| = 2
+    scores = alignment_error_rate([{(0, 0), (1, 2), (2, 2)}], gold)
+    assert scores["aer"] == pytest.approx(1 - 3 / 5)
+    assert (scores["precision"], scores["recall"]) == (pytest.approx(2 / 3), 0.5)
+    with pytest.raises(ValueError):
+        alignment_error_rate([set(), set()], gold)  # one prediction a gold pair
+
+
+def test_gold_files_in_both_formats(tmp_path) -> None:
+    pharaoh = tmp_path / "gold.pharaoh"
+    pharaoh.write_text("1-1 2p3\n\n3-2\n", encoding="utf-8")
+    gold = read_gold(pharaoh, one_based=True)
+    assert [(g.sure, g.possible) for g in gold] == [({(0, 0)}, {(0, 0), (1, 2)}), (set(), set()), ({(2, 1)}, {(2, 1)})]
+    naacl = tmp_path / "gold.naacl"
+    naacl.write_text("1 1 1 S\n1 2 3 P\n3 3 2\n", encoding="utf-8")
+    assert [(g.sure, g.possible) for g in read_gold(naacl, num_pairs=3)] == [
+        ({(0, 0)}, {(0, 0), (1, 2)}), (set(), set()), ({(2, 1)}, {(2, 1)})]  # fmt: skip
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0-0\n1-x\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt, line 2: '1-x' is not a link"):
+        read_gold(bad)
+    with pytest.raises(ValueError, match="index 0, but the links are 1-based"):
+        parse_pharaoh("0-1", one_based=True)
+
+
+def test_pharaoh_output_and_the_diagonal() -> None:
+    assert format_links({(1, 0), (0, 1), (2, 1)}) == "1-0 0-1 2-1"
+    assert diagonal_links(4, 2) == {(1, 0), (3, 1)}
+    assert diagonal_links(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}
+    assert diagonal_links(3, 3) == {(0, 0), (1, 1), (2, 2)}
+    assert diagonal_links(0, 3) == set()
