@@ -3,7 +3,8 @@
 
 ``ckpt=a.pt+b.pt+c.pt`` decodes with an ensemble of the checkpoints (:mod:`nmt.ensemble`);
 ``sample=N`` draws N translations a line at random instead of searching
-(:class:`nmt.search.SamplingSettings`), written like an n-best list when N > 1.
+(:class:`nmt.search.SamplingSettings`), written like an n-best list when N > 1;
+``alignments=true`` appends `` ||| i-j ...`` word alignments from attention to every line.
 
 Exactly one output line per input line, in order: lines are split at ``\\n`` only; an empty line
 gives an empty line; a line longer than ``max_src_len`` subwords is truncated (with a warning naming
@@ -30,6 +31,7 @@ from nmt.configs import command
 from nmt.data.text import BAD_UTF8, DataError, decode_lines, read_input
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
+from nmt.evaluation.word_alignment import format_links, hard_links, word_attention
 from nmt.files import atomic_write_text, check_output, check_output_dir, write_output_text
 from nmt.plotting import attention_figure, save_figure
 from nmt.runtime import resolve_device, set_threads, setup_logging
@@ -44,19 +46,41 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def format_translations(translations: list[Translation], tgt_vocab: Vocab, n_best: int, first_index: int = 0) -> str:
+def format_translations(translations: list[Translation], tgt_vocab: Vocab, n_best: int, first_index: int = 0,
+                        links: list[list[str]] | None = None) -> str:  # fmt: skip
     """The output text: one line per translation, or up to ``n_best`` tab-separated lines each
-    (``index`` counts input lines from ``first_index``)."""
+    (``index`` counts input lines from ``first_index``). With ``links`` (per translation, one
+    Pharaoh string per hypothesis) each line ends in `` ||| links``."""
     out = []
-    for index, translation in enumerate(translations, start=first_index):
+    for k, (index, translation) in enumerate(enumerate(translations, start=first_index)):
         hyps = translation.hypotheses
+        shown = hyps[:n_best] if hyps else []
+        tail = [f" ||| {a}" for a in links[k]] if links is not None else [""] * max(len(shown), 1)
         if n_best == 1:
-            out.append(_one_line(tgt_vocab.decode(hyps[0].tokens)) if hyps else "")
+            out.append((_one_line(tgt_vocab.decode(hyps[0].tokens)) if hyps else "") + tail[0])
         elif not hyps:
-            out.append(f"{index}\t0.0000\t")
+            out.append(f"{index}\t0.0000\t" + tail[0])
         else:
-            out.extend(f"{index}\t{h.score:.4f}\t{_one_line(tgt_vocab.decode(h.tokens))}" for h in hyps[:n_best])
+            out.extend(f"{index}\t{h.score:.4f}\t{_one_line(tgt_vocab.decode(h.tokens))}{a}" for h, a in zip(shown, tail))
     return "".join(line + "\n" for line in out)
+
+
+def hypothesis_links(model, src_vocab: Vocab, tgt_vocab: Vocab, lines: list[str], translations: list[Translation],
+                     n_best: int, batch_size: int, device) -> list[list[str]]:  # fmt: skip
+    """Pharaoh links of every hypothesis shown (per translation, in order): each is force-decoded
+    again, its text as written, so the words are the output's whitespace tokens
+    (:mod:`nmt.evaluation.word_alignment`)."""
+    sources, targets, owner = [], [], []
+    for k, (line, translation) in enumerate(zip(lines, translations)):
+        for h in translation.hypotheses[:n_best]:
+            sources.append(line)
+            targets.append(_one_line(tgt_vocab.decode(h.tokens)))
+            owner.append(k)
+    matrices = word_attention(model, src_vocab, tgt_vocab, sources, targets, batch_size, device)
+    links: list[list[str]] = [[] for _ in translations]
+    for k, matrix in zip(owner, matrices):
+        links[k].append(format_links(hard_links(matrix)))
+    return [found or [""] for found in links]
 
 
 def write_attention(
@@ -139,6 +163,8 @@ def _load(cfg: DictConfig) -> tuple:
     start = time.perf_counter()
     model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule)
     seconds = time.perf_counter() - start
+    if cfg.alignments and not model.has_alignment:
+        raise ValueError("alignments=true: this model has no attention (model.attention=none)")
     if cfg.attention_dir is not None and not model.has_alignment:
         raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
@@ -176,7 +202,9 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     bar.update(len(lines) - bar.n)  # the empty lines
     bar.close()
     seconds = time.perf_counter() - start
-    write_output(cfg.output, format_translations(translations, tgt_vocab, per_line))
+    links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
+             if cfg.alignments else None)  # fmt: skip
+    write_output(cfg.output, format_translations(translations, tgt_vocab, per_line, links=links))
     if cfg.attention_dir is not None:
         count = write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab)
         log.info("wrote %d alignments to %s", count, cfg.attention_dir)
@@ -216,7 +244,9 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
         translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
                                        max_src_len, return_attention=cfg.attention_dir is not None,
                                        first_line=done + 1, sampling=sampling)  # fmt: skip
-        write_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done))
+        links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
+                 if cfg.alignments else None)  # fmt: skip
+        write_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done, links=links))
         if cfg.attention_dir is not None:
             write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
         done += len(lines)

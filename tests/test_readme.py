@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 import nmt.study
 
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
-APP = re.compile(r"(?:python|torchrun)\b.*?-m nmt\.(train|translate|evaluate|demo|score)\b(.*)")
+APP = re.compile(r"(?:python|torchrun)\b.*?-m nmt\.(train|translate|evaluate|demo|score|align)\b(.*)")
 # the commands with an argparse command line: nmt.study, nmt.average and the developer scripts
 SCRIPT = re.compile(r"(?:python|torchrun)\b.*?\b(nmt\.(?:study|average)|scripts/\w+\.py)\b(.*)")
 BLOCK = re.compile(r"^```(?:bash|sh|console)\n(.*?)^```", re.S | re.M)
@@ -52,7 +52,7 @@ SCRIPTS = documented_commands(SCRIPT)
 def test_the_documents_show_commands_of_every_app() -> None:
     """The parser finds the README's commands (a parser that finds none would pass everything)."""
     apps = {app for _, app, _ in COMMANDS}
-    assert {"train", "translate", "evaluate", "score"} <= apps, apps
+    assert {"train", "translate", "evaluate", "score", "align"} <= apps, apps
     assert len(COMMANDS) >= 20
     assert {"nmt.study", "nmt.average", "scripts/benchmark.py"} <= {script for _, script, _ in SCRIPTS}
 

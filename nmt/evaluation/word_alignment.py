@@ -28,6 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from nmt.search import Decodable, force_decode, length_batches
+from nmt.tokens import pad_sources
+from nmt.vocab import Vocab
 
 Link = tuple[int, int]
 EXTRACTIONS = ("argmax", "threshold")
@@ -99,17 +104,17 @@ def hard_links(matrix: np.ndarray, method: str = "argmax", threshold: float = 0.
 
     :param method: ``argmax`` (each target word to its most attended source word; with a
         ``threshold``, only where that weight reaches it) or ``threshold`` (every pair whose
-        weight reaches ``threshold``).
+        weight reaches ``threshold``). A weight of 0 is never a link.
     """
     if method not in EXTRACTIONS:
         raise ValueError(f"method={method!r}: choose one of {', '.join(EXTRACTIONS)}")
     if matrix.size == 0:
         return set()
     if method == "threshold":
-        rows, cols = np.nonzero(matrix >= threshold)
+        rows, cols = np.nonzero((matrix >= threshold) & (matrix > 0))
         return {(int(i), int(j)) for j, i in zip(rows, cols)}
     best = matrix.argmax(axis=1)
-    return {(int(i), j) for j, i in enumerate(best) if matrix[j, i] >= threshold}
+    return {(int(i), j) for j, i in enumerate(best) if matrix[j, i] > 0 and matrix[j, i] >= threshold}
 
 
 def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link]:
@@ -239,3 +244,32 @@ def diagonal_links(num_src: int, num_tgt: int) -> set[Link]:
     if num_src == 0 or num_tgt == 0:
         return set()
     return {(min(num_src - 1, int((j + 0.5) * num_src / num_tgt)), j) for j in range(num_tgt)}
+
+
+def encode_words(vocab: Vocab, texts: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
+    """:func:`piece_words` of each text: the subword ids and the word of each subword."""
+    encoded = [piece_words(vocab.sp, text) for text in texts]
+    return [ids for ids, _ in encoded], [words for _, words in encoded]
+
+
+def word_attention(
+    model: Decodable, src_vocab: Vocab, tgt_vocab: Vocab, sources: Sequence[str], targets: Sequence[str],
+    batch_size: int, device: torch.device,
+) -> list[np.ndarray]:  # fmt: skip
+    """Force-decode each (source, target) pair and return its (target words, source words)
+    attention (:func:`word_weights`), in input order. Words are the whitespace tokens of the
+    texts as given; a pair with an empty side gives an empty matrix."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: one target a source")
+    src_ids, src_words = encode_words(src_vocab, sources)
+    tgt_ids, tgt_words = encode_words(tgt_vocab, targets)
+    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)
+    out: list[np.ndarray] = [np.zeros((0, 0)) for _ in sources]
+    model.eval()
+    for chunk in length_batches(lengths, batch_size, "sentences") if len(sources) else []:
+        src, src_lens = pad_sources([src_ids[i] for i in chunk])
+        scored = force_decode(model, src.to(device), src_lens, [tgt_ids[i] for i in chunk], return_attention=True)
+        for i, one in zip(chunk, scored):
+            if src_ids[i] and tgt_ids[i]:
+                out[i] = word_weights(one.attention.numpy(), src_words[i], tgt_words[i])
+    return out

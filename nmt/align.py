@@ -1,0 +1,164 @@
+"""``python -m nmt.align``: word alignments from a model's attention, built on
+:mod:`nmt.evaluation.word_alignment`.
+
+Each (source, target) pair is force-decoded and its subword attention becomes a target-words x
+source-words matrix; links are extracted from it (``argmax`` or ``threshold``) and written in
+Pharaoh format, one line a pair (``i-j``: source word i, target word j, 0-based, words the
+whitespace tokens of the lines as given), or as soft weights (``format=soft``). Without ``tgt``
+the sources are first translated with the checkpoint's decoding, and each line is
+``translation ||| links`` (as Marian and fairseq append alignments). With ``reverse_ckpt`` (a
+target->source model) the two directions' links are combined (``symmetrize``). With ``gold`` the
+alignment error rate, precision and recall of every extraction method are reported, next to the
+diagonal baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.configs import command
+from nmt.data.text import BAD_UTF8, DataError, read_input
+from nmt.ensemble import load_system, split_members
+from nmt.errors import ConfigError, command_errors
+from nmt.evaluation.word_alignment import (
+    EXTRACTIONS,
+    SYMMETRIZATIONS,
+    Link,
+    alignment_error_rate,
+    diagonal_links,
+    format_links,
+    hard_links,
+    read_gold,
+    symmetrize,
+    word_attention,
+)
+from nmt.files import check_output, write_output_text
+from nmt.runtime import resolve_device, set_threads, setup_logging
+from nmt.search import SearchSettings
+from nmt.translator import translate_lines
+
+log = logging.getLogger("nmt.align")
+
+FORMATS = ("pharaoh", "soft")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Before any work: the choices are known, the inputs are given once, the outputs can be written."""
+    for key, choices in (("format", FORMATS), ("method", EXTRACTIONS), ("symmetrize", SYMMETRIZATIONS),
+                         ("on_bad_utf8", BAD_UTF8)):  # fmt: skip
+        if cfg[key] not in choices:
+            raise ConfigError(f"{key}={cfg[key]!r}: choose one of {', '.join(choices)}")
+    if (cfg.pairs is None) == (cfg.src is None):
+        raise ConfigError("give the sentences once: pairs=FILE ('source ||| target' lines), or src=FILE (and tgt=FILE)")
+    if cfg.pairs is not None and cfg.tgt is not None:
+        raise ConfigError("pairs holds the targets already; leave tgt out")
+    if cfg.report is not None and cfg.gold is None:
+        raise ConfigError("report needs gold links: give gold=FILE")
+    inputs = [p for p in (cfg.src, cfg.tgt, cfg.pairs, cfg.gold) if p is not None]
+    inputs += [*split_members(cfg.ckpt), *(split_members(cfg.reverse_ckpt) if cfg.reverse_ckpt else [])]
+    for key in ("output", "report"):
+        if cfg[key] not in (None, "-"):
+            check_output(cfg[key], key, inputs=inputs)
+
+
+def read_sentences(cfg: DictConfig) -> tuple[list[str], list[str] | None]:
+    """The sources and the targets (None: to be translated)."""
+    if cfg.pairs is not None:
+        sources, targets = [], []
+        for number, line in enumerate(read_input(cfg.pairs, cfg.on_bad_utf8), start=1):
+            if line.count(" ||| ") != 1:
+                raise DataError(f"{cfg.pairs}, line {number}: expected 'source ||| target', got {line[:60]!r}")
+            source, target = line.split(" ||| ")
+            sources.append(source)
+            targets.append(target)
+        return sources, targets
+    sources = read_input(cfg.src, cfg.on_bad_utf8)
+    if cfg.tgt is None:
+        return sources, None
+    targets = read_input(cfg.tgt, cfg.on_bad_utf8)
+    if len(targets) != len(sources):
+        raise DataError(f"{cfg.tgt} has {len(targets)} lines but {cfg.src} has {len(sources)}: one target a source line")
+    return sources, targets
+
+
+def soft_record(number: int, source: str, target: str, matrix: np.ndarray) -> str:
+    """One JSON line: the words of both sides and each target word's weights over the source words."""
+    return json.dumps({"line": number, "source": source.split(), "target": target.split(),
+                       "weights": np.round(matrix, 4).tolist()}, ensure_ascii=False)  # fmt: skip
+
+
+def align(cfg: DictConfig) -> dict:
+    """Everything ``python -m nmt.align`` does; returns the AER report (empty without gold)."""
+    check_config(cfg)
+    sources, targets = read_sentences(cfg)
+    gold = read_gold(cfg.gold, num_pairs=len(sources), one_based=cfg.gold_one_based) if cfg.gold else None
+    set_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule)
+    if not model.has_alignment:
+        raise ConfigError(f"ckpt={cfg.ckpt}: this model has no attention (model.attention=none); nothing to align")
+    translated = targets is None
+    if translated:
+        settings = SearchSettings(**config.train.search)
+        translations = translate_lines(model, src_vocab, sources, settings, cfg.batch_size, "sentences", device,
+                                       int(config.data.max_len))  # fmt: skip
+        targets = [tgt_vocab.decode(t.hypotheses[0].tokens) if t.hypotheses else "" for t in translations]
+    forward = word_attention(model, src_vocab, tgt_vocab, sources, targets, cfg.batch_size, device)
+    methods: dict[str, list[set[Link]]] = {"forward": [hard_links(m, cfg.method, cfg.threshold) for m in forward]}
+    links = methods["forward"]
+    if cfg.reverse_ckpt is not None:
+        reverse, rev_src, rev_tgt, _ = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule)
+        backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device)
+        methods["backward"] = [{(i, j) for j, i in hard_links(m, cfg.method, cfg.threshold)} for m in backward]
+        for name in SYMMETRIZATIONS:
+            methods[name] = [symmetrize(f, b, name) for f, b in zip(methods["forward"], methods["backward"])]
+        links = methods[cfg.symmetrize]
+    if cfg.format == "soft":
+        lines = [soft_record(n, s, t, m) for n, (s, t, m) in enumerate(zip(sources, targets, forward), start=1)]
+    else:
+        lines = [format_links(one) for one in links]
+        if translated:
+            lines = [f"{t.replace(chr(10), ' ')} ||| {a}" for t, a in zip(targets, lines)]
+    text = "".join(line + "\n" for line in lines)
+    if cfg.output == "-":
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    else:
+        write_output_text(cfg.output, text)
+    log.info("aligned %d sentence pairs (%s%s)", len(sources), cfg.method,
+             f", symmetrized by {cfg.symmetrize}" if cfg.reverse_ckpt else "")  # fmt: skip
+    return _report(cfg, methods, gold, sources, targets) if gold is not None else {}
+
+
+def _report(cfg: DictConfig, methods: dict[str, list[set[Link]]], gold: list, sources: list[str],
+            targets: list[str]) -> dict:  # fmt: skip
+    """AER, precision and recall of each extraction method and the diagonal baseline, logged as
+    a table and written to ``cfg.report``."""
+    methods = {**methods, "diagonal": [diagonal_links(len(s.split()), len(t.split())) for s, t in zip(sources, targets)]}
+    scores = {name: alignment_error_rate(links, gold) for name, links in methods.items()}
+    log.info("%-16s %6s %9s %6s %7s", "method", "AER", "precision", "recall", "links")
+    for name, s in scores.items():
+        log.info("%-16s %6.1f %9.1f %6.1f %7d", name, 100 * s["aer"], 100 * s["precision"], 100 * s["recall"], s["links"])
+    report = {"ckpt": str(cfg.ckpt), "reverse_ckpt": cfg.reverse_ckpt, "gold": str(cfg.gold), "pairs": len(sources),
+              "method": cfg.method, "threshold": cfg.threshold, "scores": scores}  # fmt: skip
+    if cfg.report is not None:
+        write_output_text(cfg.report, json.dumps(report, indent=2) + "\n")
+    return report
+
+
+@command("align")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    with command_errors(log):
+        if OmegaConf.is_missing(cfg, "ckpt"):
+            raise ConfigError("ckpt is required: python -m nmt.align ckpt=RUN/checkpoints/best.pt src=SRC tgt=TGT")
+        align(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""``nmt.align``: Pharaoh links within the words of each pair, one per target word with argmax;
+the translate-then-align mode; soft weights; AER against gold links (0 against the model's own
+links), with the symmetrised directions nested as they must be; bad input refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SmokeRun
+
+from nmt.evaluation.word_alignment import parse_pharaoh
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _align(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmt.align", *args, "threads=1"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+@pytest.fixture
+def pair_files(smoke_run: SmokeRun, tmp_path: Path) -> tuple[Path, Path]:
+    return _write(tmp_path / "src.txt", smoke_run.test_src), _write(tmp_path / "tgt.txt", smoke_run.test_tgt)
+
+
+def test_links_lie_within_each_pair(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
+    src, tgt = pair_files
+    out = tmp_path / "links.txt"
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"output={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(smoke_run.test_src)
+    for line, source, target in zip(lines, smoke_run.test_src, smoke_run.test_tgt):
+        links = parse_pharaoh(line).sure
+        assert all(0 <= i < len(source.split()) and 0 <= j < len(target.split()) for i, j in links)
+        assert sorted(j for _, j in links) == list(range(len(target.split())))  # argmax: one link a target word
+    # the same pairs as one 'source ||| target' file give the same links
+    pairs = _write(tmp_path / "pairs.txt", [f"{s} ||| {t}" for s, t in zip(smoke_run.test_src, smoke_run.test_tgt)])
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"pairs={pairs}")
+    assert proc.returncode == 0 and proc.stdout.splitlines() == lines, proc.stderr[-2000:]
+
+
+def test_translations_are_aligned_when_no_target_is_given(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
+    src, _ = pair_files
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    translate = subprocess.run([sys.executable, "-m", "nmt.translate", f"ckpt={smoke_run.checkpoint}", f"input={src}",
+                                "threads=1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    rows = [line.split(" ||| ") for line in proc.stdout.splitlines()]
+    assert [r[0] for r in rows] == translate.stdout.splitlines()
+    assert all(len(parse_pharaoh(r[1]).sure) == len(r[0].split()) for r in rows)
+    # nmt.translate appends the same alignments, to the 1-best and to every n-best line
+    appended = subprocess.run([sys.executable, "-m", "nmt.translate", f"ckpt={smoke_run.checkpoint}", f"input={src}",
+                               "alignments=true", "threads=1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert appended.returncode == 0 and appended.stdout == proc.stdout, appended.stderr[-2000:]
+    nbest = subprocess.run([sys.executable, "-m", "nmt.translate", f"ckpt={smoke_run.checkpoint}", f"input={src}",
+                            "alignments=true", "n_best=2", "beam_size=2", "threads=1"], capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    fields = [line.split("\t") for line in nbest.stdout.splitlines()]
+    assert nbest.returncode == 0 and len(fields) == 2 * len(rows), nbest.stderr[-2000:]
+    assert all(len(parse_pharaoh(f[2].split(" ||| ")[1]).sure) == len(f[2].split(" ||| ")[0].split()) for f in fields)
+
+
+def test_soft_weights(smoke_run: SmokeRun, pair_files) -> None:
+    src, tgt = pair_files
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", "format=soft")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for record, source, target in zip(map(json.loads, proc.stdout.splitlines()), smoke_run.test_src, smoke_run.test_tgt):
+        weights = record["weights"]
+        assert len(weights) == len(target.split()) and all(len(row) == len(source.split()) for row in weights)
+        assert all(0 <= sum(row) <= 1.0001 for row in weights)  # the </s> column is left out
+
+
+def test_aer_against_gold_links(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
+    src, tgt = pair_files
+    own = tmp_path / "own.txt"
+    assert _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"output={own}").returncode == 0
+    report = tmp_path / "aer.json"
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"gold={own}", f"report={report}",
+                  f"reverse_ckpt={smoke_run.checkpoint}", f"output={tmp_path / 'sym.txt'}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
+    assert scores["forward"] == {"aer": 0.0, "precision": 1.0, "recall": 1.0, "links": scores["forward"]["links"]}
+    assert set(scores) == {"forward", "backward", "intersection", "union", "grow_diag", "grow_diag_final", "diagonal"}
+    counts = [scores[m]["links"] for m in ("intersection", "grow_diag", "grow_diag_final", "union")]
+    assert counts == sorted(counts)
+    assert scores["union"]["recall"] == 1.0 and scores["intersection"]["precision"] == 1.0
+    assert "AER" in proc.stderr and "diagonal" in proc.stderr
+    written = (tmp_path / "sym.txt").read_text(encoding="utf-8").splitlines()  # grow_diag_final, the default
+    assert sum(len(parse_pharaoh(line).sure) for line in written) == scores["grow_diag_final"]["links"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["pairs={bad}"], r"bad.txt, line 1: expected 'source \|\|\| target'"),
+    (["src={src}", "pairs={bad}"], "give the sentences once"),
+    (["src={src}", "method=max"], "method='max': choose one of argmax, threshold"),
+    (["src={src}", "report={tmp}/r.json"], "report needs gold links"),
+    (["src={src}", "tgt={src}", "gold={bad}"], r"bad.txt, line 1: 'a' is not a link"),
+])  # fmt: skip
+def test_bad_input_is_one_line(smoke_run: SmokeRun, pair_files, tmp_path: Path, extra: list[str], message: str) -> None:
+    import re
+
+    src, _ = pair_files
+    bad = _write(tmp_path / "bad.txt", ["a b c"])
+    filled = [e.format(bad=bad, src=src, tmp=tmp_path) for e in extra]
+    proc = _align(f"ckpt={smoke_run.checkpoint}", *filled)
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert proc.returncode == 2 and len(errors) == 1 and re.search(message, errors[0]), proc.stderr[-2000:]
