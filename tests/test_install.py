@@ -57,6 +57,13 @@ def test_wheel_in_a_fresh_venv_runs_every_command_from_an_empty_folder(tmp_path:
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert page.returncode == 0 and int(page.stdout) > 1000, page.stderr[-3000:]
     assert (env_dir / "bin" / "nmt-demo").is_file()
+    # scoring and aligning what it translated, from the wheel's console scripts
+    (empty / "in.txt").write_text("ana bel\n", encoding="utf-8")
+    (empty / "out.txt").write_text(translate.stdout, encoding="utf-8")
+    for script in ("nmt-score", "nmt-align"):
+        done = subprocess.run([str(env_dir / "bin" / script), "ckpt=run/checkpoints/best.pt", "src=in.txt", "tgt=out.txt"],
+                              cwd=empty, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stderr[-3000:]
     # averaging the run's last two checkpoints (experiment=smoke keeps two)
     average = subprocess.run([str(env_dir / "bin" / "nmt-average"), "run", "--last", "2"], cwd=empty,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
