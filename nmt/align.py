@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -37,7 +36,7 @@ from nmt.evaluation.word_alignment import (
     symmetrize,
     word_attention,
 )
-from nmt.files import check_output, write_output_text
+from nmt.files import check_output, write_command_output, write_output_text
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SearchSettings
 from nmt.translator import translate_lines
@@ -125,11 +124,7 @@ def align(cfg: DictConfig) -> dict:
         if translated:
             lines = [f"{t.replace(chr(10), ' ')} ||| {a}" for t, a in zip(targets, lines)]
     text = "".join(line + "\n" for line in lines)
-    if cfg.output == "-":
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    else:
-        write_output_text(cfg.output, text)
+    write_command_output(cfg.output, text)
     log.info("aligned %d sentence pairs (%s%s)", len(sources), cfg.method,
              f", symmetrized by {cfg.symmetrize}" if cfg.reverse_ckpt else "")  # fmt: skip
     return _report(cfg, methods, gold, sources, targets) if gold is not None else {}

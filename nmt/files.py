@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
@@ -151,3 +152,13 @@ def write_output(path: str | Path, data: bytes) -> None:
 
 def write_output_text(path: str | Path, text: str) -> None:
     write_output(path, text.encode("utf-8"))
+
+
+def write_command_output(path: str | Path, text: str) -> None:
+    """A command's main output: ``-`` is standard output (UTF-8 whatever the locale, flushed at
+    once), anything else a file written as :func:`write_output` writes one."""
+    if str(path) == "-":
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    else:
+        write_output_text(path, text)

@@ -28,7 +28,7 @@ from nmt.configs import command
 from nmt.data.text import BAD_UTF8, DataError, read_input
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
-from nmt.files import check_output, write_output_text
+from nmt.files import check_output, write_command_output, write_output_text
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import LENGTH_PENALTIES
 from nmt.translator import Score, score_pairs
@@ -137,11 +137,7 @@ def score(cfg: DictConfig) -> dict[str, float]:
                             device, max_src_len)  # fmt: skip
     lines = list(range(1, len(scores) + 1))
     text = format_scores(scores, cfg.format, lines, candidates)
-    if cfg.output == "-":
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    else:
-        write_output_text(cfg.output, text)
+    write_command_output(cfg.output, text)
     if cfg.rerank is not None:
         best = rerank(scores, candidates, len(sources), cfg.nbest_weight)
         write_output_text(cfg.rerank, "".join(b.replace("\n", " ") + "\n" for b in best))

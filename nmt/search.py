@@ -711,3 +711,20 @@ def translate_ids(
         if progress is not None:
             progress(len(chunk))
     return results
+
+
+def score_ids(
+    model: Decodable, src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size: int, device: torch.device,
+    return_attention: bool = False,
+) -> list[Scored]:  # fmt: skip
+    """:func:`force_decode` many pairs (subword ids, without EOS), in batches of similar source
+    length, in input order."""
+    model.eval()
+    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)  # + EOS
+    results: list[Scored | None] = [None] * len(src_ids)
+    for chunk in length_batches(lengths, batch_size, "sentences") if len(src_ids) else []:
+        src, src_lens = pad_sources([src_ids[i] for i in chunk])
+        scored = force_decode(model, src.to(device), src_lens, [tgt_ids[i] for i in chunk], return_attention)
+        for i, one in zip(chunk, scored):
+            results[i] = one
+    return results

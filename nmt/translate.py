@@ -32,7 +32,7 @@ from nmt.data.text import BAD_UTF8, DataError, decode_lines, read_input
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import format_links, hard_links, word_attention
-from nmt.files import atomic_write_text, check_output, check_output_dir, write_output_text
+from nmt.files import atomic_write_text, check_output, check_output_dir, write_command_output
 from nmt.plotting import attention_figure, save_figure
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SamplingSettings, SearchSettings
@@ -109,15 +109,6 @@ def write_attention(
                     folder / f"{index:06d}.png")  # fmt: skip
         written += 1
     return written
-
-
-def write_output(path: str, text: str) -> None:
-    """To stdout (``-``, as UTF-8 whatever the locale) or to a file as :mod:`nmt.files` writes one."""
-    if path == "-":
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    else:
-        write_output_text(path, text)
 
 
 def check_outputs(cfg: DictConfig) -> None:
@@ -204,7 +195,7 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     seconds = time.perf_counter() - start
     links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
              if cfg.alignments else None)  # fmt: skip
-    write_output(cfg.output, format_translations(translations, tgt_vocab, per_line, links=links))
+    write_command_output(cfg.output, format_translations(translations, tgt_vocab, per_line, links=links))
     if cfg.attention_dir is not None:
         count = write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab)
         log.info("wrote %d alignments to %s", count, cfg.attention_dir)
@@ -246,7 +237,7 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
                                        first_line=done + 1, sampling=sampling)  # fmt: skip
         links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
                  if cfg.alignments else None)  # fmt: skip
-        write_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done, links=links))
+        write_command_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done, links=links))
         if cfg.attention_dir is not None:
             write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
         done += len(lines)

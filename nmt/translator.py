@@ -34,12 +34,10 @@ from nmt.search import (
     SamplingSettings,
     Scored,
     SearchSettings,
-    force_decode,
-    length_batches,
     length_penalty,
+    score_ids,
     translate_ids,
 )
-from nmt.tokens import pad_sources
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -147,14 +145,7 @@ def score_pairs(
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one translation per source")
     src_ids = encode_sources(sources, src_vocab, max_src_len)
     tgt_ids = tgt_vocab.encode(targets)
-    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)
-    raw: list[Scored | None] = [None] * len(sources)
-    model.eval()
-    for chunk in length_batches(lengths, batch_size, "sentences") if sources else []:
-        src, src_lens = pad_sources([src_ids[i] for i in chunk])
-        scored = force_decode(model, src.to(device), src_lens, [tgt_ids[i] for i in chunk], return_attention)
-        for i, one in zip(chunk, scored):
-            raw[i] = one
+    raw = score_ids(model, src_ids, tgt_ids, batch_size, device, return_attention)
     out = []
     for ids, one in zip(tgt_ids, raw):
         total = one.total

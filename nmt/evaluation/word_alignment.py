@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmt.search import Decodable, force_decode, length_batches
-from nmt.tokens import pad_sources
+from nmt.search import Decodable, score_ids
 from nmt.vocab import Vocab
 
 Link = tuple[int, int]
@@ -263,13 +262,6 @@ def word_attention(
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets: one target a source")
     src_ids, src_words = encode_words(src_vocab, sources)
     tgt_ids, tgt_words = encode_words(tgt_vocab, targets)
-    lengths = np.array([len(ids) + 1 for ids in src_ids], dtype=np.int64)
-    out: list[np.ndarray] = [np.zeros((0, 0)) for _ in sources]
-    model.eval()
-    for chunk in length_batches(lengths, batch_size, "sentences") if len(sources) else []:
-        src, src_lens = pad_sources([src_ids[i] for i in chunk])
-        scored = force_decode(model, src.to(device), src_lens, [tgt_ids[i] for i in chunk], return_attention=True)
-        for i, one in zip(chunk, scored):
-            if src_ids[i] and tgt_ids[i]:
-                out[i] = word_weights(one.attention.numpy(), src_words[i], tgt_words[i])
-    return out
+    scored = score_ids(model, src_ids, tgt_ids, batch_size, device, return_attention=True)
+    return [word_weights(one.attention.numpy(), src_words[i], tgt_words[i]) if src_ids[i] and tgt_ids[i]
+            else np.zeros((0, 0)) for i, one in enumerate(scored)]  # fmt: skip
