@@ -1,7 +1,9 @@
 """``python -m nmt.evaluate``: several systems (hypothesis files or checkpoints) scored overall and
 by sentence length (:mod:`nmt.evaluation.report`, :mod:`nmt.evaluation.length_bins`), with paired significance, a
-BLEU-by-length plot, and attention maps and statistics (:mod:`nmt.evaluation.alignment`). The scores that
-training uses too live in :mod:`nmt.evaluation.metrics`.
+BLEU-by-length plot, and attention maps and statistics (:mod:`nmt.evaluation.alignment`). Where gold word
+alignments are known (``alignments.gold``, or a synthetic split's own), each attending checkpoint's
+attention is also scored as a word alignment, overall and per length bin
+(:mod:`nmt.evaluation.word_alignment`). The scores that training uses too live in :mod:`nmt.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -18,11 +20,25 @@ from nmt.checkpoint import load_checkpoint
 from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.data.hub import load_hub_splits
+from nmt.data.synthetic import gold_links
 from nmt.data.text import DataError, ParallelText, read_lines
 from nmt.ensemble import Ensemble, split_members, system_from_payloads
-from nmt.errors import CheckpointError, command_errors
+from nmt.errors import CheckpointError, ConfigError, command_errors
 from nmt.evaluation.alignment import attention_stats
+from nmt.evaluation.length_bins import assign_bins, word_lengths
 from nmt.evaluation.report import LengthSettings, format_report, length_figure, score_systems, write_outputs
+from nmt.evaluation.word_alignment import (
+    EXTRACTIONS,
+    GoldAlignment,
+    Link,
+    aer_by_bin,
+    alignment_error_rate,
+    diagonal_links,
+    format_links,
+    hard_links,
+    read_gold,
+    word_attention,
+)
 from nmt.files import check_output, check_output_dir, write_output_text
 from nmt.model import Seq2Seq
 from nmt.plotting import alignment_grid_figure
@@ -135,10 +151,37 @@ def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelT
     return text, split
 
 
+SYNTHETIC_GOLD = "synthetic"  # the gold name of a synthetic split's own alignments (nmt.data.synthetic.gold_links)
+
+
+def load_gold(cfg: DictConfig, payloads: dict[str, dict], text: ParallelText,
+              split: str | None) -> tuple[list[GoldAlignment] | None, str | None]:  # fmt: skip
+    """The gold word alignments of the test set and where they came from: ``alignments.gold`` (a
+    file with a line of links a sentence pair), else the exact links of a split of the synthetic
+    task (the checkpoints' own corpus), else none."""
+    if cfg.alignments.gold is not None:
+        gold = read_gold(cfg.alignments.gold, num_pairs=len(text.src), one_based=cfg.alignments.gold_one_based)
+        return gold, str(cfg.alignments.gold)
+    if split is not None and payloads and all(corpus_kind(p["config"]["data"]) == "synthetic" for p in payloads.values()):
+        return [GoldAlignment(links, set(links)) for links in map(gold_links, text.src)], SYNTHETIC_GOLD
+    return None, None
+
+
+def alignment_scores(links: list[set[Link]], gold: list[GoldAlignment], bin_ids, report: dict) -> dict:
+    """AER, precision and recall of a system's links over the test set and per length bin (the
+    report's bins): ``{aer, precision, recall, links, bins: [{lo, hi, count, aer, ...}]}``."""
+    bounds = [0, *report["edges"]]
+    per_bin = aer_by_bin(links, gold, bin_ids, len(bounds))
+    return {**alignment_error_rate(links, gold),
+            "bins": [{"lo": lo, "hi": hi, **b} for lo, hi, b in zip(bounds, [*report["edges"], None], per_bin)]}  # fmt: skip
+
+
 def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
-    """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs)."""
+    """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs),
+    and the word alignments it writes where gold ones are known."""
     out_dir = Path(cfg.out_dir)
-    return [out_dir / "eval.json", *(out_dir / "hypotheses" / f"{name}.txt" for name in checkpoints)]
+    named = [out_dir / folder / f"{name}.txt" for folder in ("hypotheses", "word_alignments") for name in checkpoints]
+    return [out_dir / "eval.json", out_dir / "gold_alignments.txt", *named]
 
 
 def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[str, str]) -> None:
@@ -150,7 +193,8 @@ def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[
     members = [str(path) for spec in checkpoints.values() for path in split_members(spec)]
     inputs = [*hyp_files.values(), *members, *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
     for path in planned_outputs(cfg, checkpoints):
-        key = f"ckpt name {path.stem!r} (out_dir/hypotheses/{path.name})" if path.parent.name == "hypotheses" else "out_dir"
+        named = path.parent.name in ("hypotheses", "word_alignments")
+        key = f"ckpt name {path.stem!r} (out_dir/{path.parent.name}/{path.name})" if named else "out_dir"
         check_output(path, key, inputs)
 
 
@@ -165,21 +209,27 @@ def evaluate(cfg: DictConfig) -> dict:
         if name in hyp_files:
             raise ValueError(f"system name {name!r} is both in hyps and ckpt; name them apart (ckpt=[other:PATH])")
     check_outputs(cfg, checkpoints, hyp_files)
+    if cfg.alignments.method not in EXTRACTIONS:
+        raise ConfigError(f"alignments.method={cfg.alignments.method!r}: choose one of {', '.join(EXTRACTIONS)}")
     members = {name: split_members(spec) for name, spec in checkpoints.items()}  # an ensemble: a.pt+b.pt
     read = {name: [load_checkpoint(path) for path in paths] for name, paths in members.items()}
     payloads = {name: loaded[0] for name, loaded in read.items()}  # the first member's data and decoding
     text, split = load_test_set(cfg, payloads)
+    gold, gold_name = load_gold(cfg, payloads, text, split)
     systems = {name: read_lines(path) for name, path in hyp_files.items()}
     for name, hyps in systems.items():
         if len(hyps) != len(text.src):
             raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
-    decoded, searches = {}, {}
+    decoded, searches, links = {}, {}, {}
     for name, payload in payloads.items():
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         try:
             settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
             model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
+            if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
+                matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device)
+                links[name] = [hard_links(m, cfg.alignments.method, cfg.alignments.threshold) for m in matrices]
         except (CheckpointError, KeyError, TypeError) as e:
             raise CheckpointError(f"{checkpoints[name]}: {e if isinstance(e, CheckpointError) else repr(e)}") from None
         searches[name] = asdict(settings)
@@ -188,6 +238,9 @@ def evaluate(cfg: DictConfig) -> dict:
         write_output_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
     if not systems:
         raise ValueError("no systems: give hyps=[name:FILE,...] or ckpt=PATH")
+    if cfg.alignments.gold is not None and not links:
+        raise ConfigError(f"alignments.gold={cfg.alignments.gold}: no checkpoint system attends, so there is no "
+                          "alignment to score; give ckpt= of a model with attention")  # fmt: skip
     settings = LengthSettings(
         bins=cfg.bins if isinstance(cfg.bins, str) else tuple(cfg.bins), bin_by=cfg.bin_by,
         min_count=cfg.min_count, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed, significance=cfg.significance,
@@ -195,6 +248,18 @@ def evaluate(cfg: DictConfig) -> dict:
     )  # fmt: skip
     report = {"src": text.src_path, "ref": text.tgt_path, "split": split,
               **score_systems(text.src, text.tgt, systems, settings), "provenance": provenance()}  # fmt: skip
+    if links:
+        bin_ids = assign_bins(word_lengths(text.src if report["bin_by"] == "source" else text.tgt), report["edges"])
+        diagonal = [diagonal_links(len(s.split()), len(t.split())) for s, t in zip(text.src, text.tgt)]
+        report["word_alignment"] = {"gold": gold_name, "method": cfg.alignments.method,
+                                    "threshold": cfg.alignments.threshold,
+                                    "diagonal": alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
+        for name, system_links in links.items():
+            report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
+            pharaoh = "".join(format_links(one) + "\n" for one in system_links)
+            write_output_text(out_dir / "word_alignments" / f"{name}.txt", pharaoh)
+        if gold_name == SYNTHETIC_GOLD:
+            write_output_text(out_dir / "gold_alignments.txt", "".join(format_links(g.sure) + "\n" for g in gold))
     title = split or Path(text.src_path).name
     other = report["other_binning"]
     figures = {
@@ -205,6 +270,7 @@ def evaluate(cfg: DictConfig) -> dict:
     for name, system in report["systems"].items():
         system["hypotheses"], system["checkpoint"], system["attention"] = hyp_files[name], checkpoints.get(name), None
         system["search"] = searches.get(name)  # the decoding of a checkpoint system (None for hypothesis files)
+        system.setdefault("word_alignment", None)  # AER against gold links, for systems that attend
         result = decoded.get(name)
         if result is None or result.alignments is None:
             continue

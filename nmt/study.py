@@ -20,12 +20,14 @@ that seed's checkpoints; the first model is the baseline of the paired tests. La
                                  tests), bleu_by_length.png, alignments_<model>.png, hypotheses/
     OUT/<split>/eval.json        per model and bin, by source and by reference length: the mean and
                                  standard deviation over seeds and every seed's BLEU, interval and
-                                 Holm-adjusted p-value (layout: :func:`aggregate`)
+                                 Holm-adjusted p-value, and (synthetic task) each attending model's
+                                 alignment error rate per bin (layout: :func:`aggregate`)
     OUT/<split>/bleu_by_length.png, bleu_by_reference_length.png
                                  the mean over seeds, with a +-1 sd band where there are seeds
     OUT/summary.md               the command, every run's training (parameters, wall time, tokens/s,
-                                 validation and test scores), the tables over seeds, and each
-                                 seed's nmt.evaluate table
+                                 validation and test scores), the tables over seeds (BLEU, and
+                                 AER where the gold alignments are known), and each seed's
+                                 nmt.evaluate table
 
 A finished run (``results.json`` present) is reused, after checking that its config is the one
 this command would train (settings of where and how fast it ran aside, :data:`nmt.training.checks.INCIDENTAL`); an
@@ -57,7 +59,7 @@ from nmt.checkpoint import upgrade_config
 from nmt.configs import CONFIG_DIR
 from nmt.data.corpora import MULTI30K_SPLITS
 from nmt.evaluation.report import format_report
-from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, overall_table
+from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, alignment_table, overall_table
 from nmt.files import atomic_write_text, check_output_dir
 from nmt.plotting import save_figure
 from nmt.training.checks import INCIDENTAL, flatten
@@ -350,6 +352,12 @@ def report(plan: Plan, argv: list[str]) -> None:
                       "over the bins, p < 0.05).", "", *overall_table(result, rows), ""]  # fmt: skip
         for bin_by in ("source", "reference"):
             over_seeds += aggregate_table(result, bin_by) + [""]
+        aer = alignment_table(result)
+        if aer:
+            view = result["word_alignment"]
+            over_seeds += [f"Alignment error rate (%) per bin, mean ± sd over seeds: the {view['method']} links of "
+                           "each model's attention, the reference force-decoded, against the gold links "
+                           f"({view['gold']}); lower is better; the diagonal needs no model.", "", *aer, ""]  # fmt: skip
         over_seeds += [f"![BLEU by source length]({split}/bleu_by_length.png)", ""]
         for seed, table in tables.items():
             over_seeds += [f"### {split}, seed {seed}", "", "```", table, "```", "",

@@ -13,12 +13,14 @@ import pytest
 import sacrebleu
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
-from nmt.checkpoint import save_checkpoint
+from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.data.corpora import load_corpus
 from nmt.data.subwords import VocabSettings, build_vocabs
-from nmt.evaluate import evaluate, pick_sentences
+from nmt.data.synthetic import gold_links
+from nmt.evaluate import evaluate, pick_sentences, split_text
 from nmt.evaluation.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
 from nmt.evaluation.length_bins import (
     EMPTY,
@@ -38,6 +40,7 @@ from nmt.evaluation.length_bins import (
     word_lengths,
 )
 from nmt.evaluation.report import LengthSettings, bleu_variant, format_report, score_systems
+from nmt.evaluation.word_alignment import alignment_error_rate, read_gold
 from nmt.model import build_model
 from nmt.runtime import parse_named
 
@@ -428,6 +431,22 @@ def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Pa
         assert report["systems"][name]["search"] == {"beam_size": 2, "n_best": 1, "length_penalty": "gnmt",
                                                      "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10}  # fmt: skip
     assert report["provenance"]["versions"]["sacrebleu"] == sacrebleu.__version__
+    # a synthetic split knows its gold alignments: the attending model is scored as a word aligner
+    assert report["systems"]["none"]["word_alignment"] is None
+    scored = report["systems"]["bahdanau"]["word_alignment"]
+    assert report["word_alignment"]["gold"] == "synthetic" and report["word_alignment"]["method"] == "argmax"
+    assert [b["count"] for b in scored["bins"]] == [b["count"] for b in report["systems"]["bahdanau"]["bins"]]
+    assert [(b["lo"], b["hi"]) for b in scored["bins"]] == [(b["lo"], b["hi"]) for b in report["systems"]["none"]["bins"]]
+    # what was written is what was scored: the links and gold files read back give the same AER
+    links = [{tuple(map(int, link.split("-"))) for link in line.split()}
+             for line in (out / "word_alignments" / "bahdanau.txt").read_text().splitlines()]  # fmt: skip
+    gold = read_gold(out / "gold_alignments.txt", num_pairs=30)
+    assert alignment_error_rate(links, gold) == {k: scored[k] for k in ("aer", "precision", "recall", "links")}
+    text = split_text(OmegaConf.create(load_checkpoint(synthetic_checkpoints["bahdanau"])["config"]["data"]), "test", None)
+    assert [g.sure for g in gold] == [gold_links(source) for source in text.src]
+    assert scored["links"] == sum(len(t.split()) for t in text.tgt)  # argmax: one link a target word
+    assert report["word_alignment"]["diagonal"]["aer"] > 0.9  # the swaps put nearly every gold link off the diagonal
+    assert "alignment error rate (%) by source length" in format_report(report)
 
 
 def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:
@@ -443,6 +462,30 @@ def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Pat
     assert list(report["systems"]) == ["file", "bahdanau"] and report["split"] is None
     assert report["systems"]["bahdanau"]["attention"]["num_sentences"] == 3
     assert (tmp_path / "out" / "alignments_bahdanau.png").is_file()
+    assert "word_alignment" not in report and report["systems"]["bahdanau"]["word_alignment"] is None  # no gold
+    # gold links of the given pairs (1-based Pharaoh): the checkpoint is scored against them
+    gold = write(tmp_path / "gold.txt", ["1-1 2-2", "1-1", "1-1 2-2 3p3 4-4"])
+    common = [f"src={src}", f"ref={ref}", "n_bootstrap=0", "significance=none", "alignments.num=0",
+              "alignments.gold_one_based=true", "bins=[2]"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*common, f"ckpt={synthetic_checkpoints['bahdanau']}", f"alignments.gold={gold}",
+                                             f"out_dir={tmp_path / 'gold_out'}"])  # fmt: skip
+    report = evaluate(cfg)
+    assert report["word_alignment"]["gold"] == str(gold)
+    scored = report["systems"]["bahdanau"]["word_alignment"]
+    assert [b["count"] for b in scored["bins"]] == [1, 2]  # 1 word; 2 and 4 words
+    assert report["word_alignment"]["diagonal"]["aer"] == 0.0  # gold on the diagonal; 3p3 is possible
+    assert not (tmp_path / "gold_out" / "gold_alignments.txt").exists()  # the user's own gold is not copied
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        short = compose("evaluate", overrides=[*common, f"ckpt={synthetic_checkpoints['bahdanau']}",
+                                               f"alignments.gold={write(tmp_path / 'g2.txt', ['1-1'])}",
+                                               f"out_dir={tmp_path / 'o2'}"])  # fmt: skip
+        unattending = compose("evaluate", overrides=[*common, f"ckpt={synthetic_checkpoints['none']}",
+                                                     f"alignments.gold={gold}", f"out_dir={tmp_path / 'o3'}"])  # fmt: skip
+    with pytest.raises(ValueError, match="1 lines of links for 3 sentence pairs"):
+        evaluate(short)
+    with pytest.raises(ValueError, match="no checkpoint system attends"):
+        evaluate(unattending)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         bad = compose("evaluate", overrides=[f"ckpt={synthetic_checkpoints['none']}", "split=train",
                                              f"out_dir={tmp_path / 'bad'}"])  # fmt: skip

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO_ROOT
 
-from nmt.data.synthetic import swap_neighbours, synthetic_corpus
+from nmt.data.synthetic import gold_links, swap_neighbours, swap_order, synthetic_corpus
 
 SIZES = {"train": 300, "valid": 20, "test": 30}
 
@@ -70,6 +70,25 @@ def test_targets_translate_sources_word_by_word_with_swaps() -> None:
     assert len(set(dictionary.values())) == 20, "the dictionary is one-to-one"
     assert all(s.islower() and t.isupper() for s, t in dictionary.items())
     assert set(corpus["train"].src) != set(corpus["test"].src)
+
+
+def test_gold_links_point_each_target_word_at_the_source_word_it_translates() -> None:
+    """The corpus's own alignment is exact: every target word is linked to the one source word it
+    translates (the dictionary learned from the corpus agrees), swaps included."""
+    corpus = _corpus()
+    dictionary = {}
+    for src, tgt in zip(corpus["train"].src, corpus["train"].tgt):
+        for s, t in zip(swap_neighbours(src.split()), tgt.split()):
+            dictionary[s] = t
+    for src, tgt in zip(corpus["test"].src, corpus["test"].tgt):
+        src_words, tgt_words = src.split(), tgt.split()
+        links = gold_links(src)
+        assert sorted(j for _, j in links) == list(range(len(tgt_words))), "one link per target word"
+        assert sorted(i for i, _ in links) == list(range(len(src_words))), "every source word once"
+        assert all(dictionary[src_words[i]] == tgt_words[j] for i, j in links)
+    assert gold_links("bo ka mi") == {(1, 0), (0, 1), (2, 2)}
+    assert gold_links("") == set()
+    assert swap_order(4) == [1, 0, 3, 2]
 
 
 def test_lengths_cover_the_range() -> None:

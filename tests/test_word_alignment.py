@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nmt.evaluation.word_alignment import (
     GoldAlignment,
+    aer_by_bin,
     alignment_error_rate,
     diagonal_links,
     format_links,
@@ -88,6 +89,15 @@ def test_aer_precision_recall() -> None:
     assert (scores["precision"], scores["recall"]) == (pytest.approx(2 / 3), 0.5)
     with pytest.raises(ValueError):
         alignment_error_rate([set(), set()], gold)  # one prediction a gold pair
+
+
+def test_aer_of_a_bin_is_the_aer_of_its_pairs() -> None:
+    gold = [GoldAlignment({(0, 0)}, {(0, 0)}), GoldAlignment({(0, 1)}, {(0, 1)}), GoldAlignment({(1, 1)}, {(1, 1)})]
+    predicted = [{(0, 0)}, {(0, 0)}, {(1, 1)}]  # right, wrong, right
+    bins = aer_by_bin(predicted, gold, np.array([0, 1, 0]), num_bins=3)
+    assert bins[0] == {"count": 2, **alignment_error_rate([predicted[0], predicted[2]], [gold[0], gold[2]])}
+    assert (bins[0]["aer"], bins[1]["aer"]) == (0.0, 1.0)
+    assert bins[2] == {"count": 0, "aer": None, "precision": None, "recall": None, "links": None}
 
 
 def test_gold_files_in_both_formats(tmp_path) -> None:

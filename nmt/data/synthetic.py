@@ -9,6 +9,10 @@ swap places, so the model must align rather than copy:
 Sentence lengths are uniform between ``min_len`` and ``max_len`` words (up to 60 and beyond), far
 longer than Multi30k's, so the no-attention encoder-decoder must squeeze long sentences through one
 vector while the attentional model need not.
+
+Because the task is made, its word alignment is known exactly: target word j is the translation of
+source word ``swap_order(n)[j]`` (:func:`gold_links`), so attention can be scored against it
+(alignment error rate, :mod:`nmt.evaluation.word_alignment`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,26 @@ def _words(rng: np.random.Generator, count: int, syllables: int) -> list[str]:
     return list(rng.permutation(words)[:count])
 
 
+def swap_order(num_words: int) -> list[int]:
+    """The source position of each target position: 0<->1, 2<->3, ...; an odd last word stays.
+
+    ``swap_order(5) == [1, 0, 3, 2, 4]``.
+    """
+    return [j ^ 1 if (j ^ 1) < num_words else j for j in range(num_words)]
+
+
 def swap_neighbours(words: list[str]) -> list[str]:
-    """Swap positions 0<->1, 2<->3, ...; an odd last word stays in place."""
-    out = list(words)
-    for i in range(0, len(out) - 1, 2):
-        out[i], out[i + 1] = out[i + 1], out[i]
-    return out
+    """The words in target order: positions 0<->1, 2<->3, ... swapped (:func:`swap_order`)."""
+    return [words[i] for i in swap_order(len(words))]
+
+
+def gold_links(source: str) -> set[tuple[int, int]]:
+    """The exact word alignment of a synthetic sentence pair, from its source alone: links
+    ``(source word i, target word j)``, 0-based, one per target word (all of them sure).
+
+    ``gold_links("bo ka mi") == {(1, 0), (0, 1), (2, 2)}``.
+    """
+    return {(i, j) for j, i in enumerate(swap_order(len(source.split())))}
 
 
 def synthetic_corpus(

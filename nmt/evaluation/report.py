@@ -14,6 +14,10 @@ p-values against the first system), the terminal table, and the BLEU-by-length f
         variants: {"lowercase": {bleu, signature}, ...},
         bins: [{lo, hi, count, bleu, chrf, ci_low, ci_high, flag, p_value, p_holm}, ...]}}
     other_binning: {bin_by, edges, bin_labels, systems: {name: {bins: [...]}}}
+    word_alignment: {gold, method, threshold, diagonal: {aer, precision, recall, links, bins}}
+                    (only where gold word alignments are known; each attending checkpoint system
+                    then has ``word_alignment``: {aer, precision, recall, links,
+                    bins: [{lo, hi, count, aer, precision, recall, links}, ...]}, the others null)
 
 A bin's ``hi`` is null for the open last bin; an empty bin has ``count`` 0, null scores and
 ``flag`` "empty"; a bin with fewer than ``min_count`` sentences is scored and flagged
@@ -216,6 +220,8 @@ def format_report(report: dict) -> str:
         lines.append(f"{variant:<14}  {row}")
     if "other_binning" in report:  # eval.json written before it was added lacks it
         lines += ["", *_bin_rows({**report["other_binning"], "min_count": report["min_count"]}, names, width)]
+    if report.get("word_alignment"):
+        lines += ["", *_aer_rows(report)]
     notes = [f"! fewer than {report['min_count']} sentences (or none), or too short for 4-grams "
              "(BLEU 0 whatever the output)"]
     if baseline is not None:
@@ -250,6 +256,25 @@ def _bin_rows(view: dict, names: list[str], width: int) -> list[str]:
         mark = "!" if cells[0]["flag"] else " "
         row = "".join(_cell(c["bleu"], c["ci_low"], c["ci_high"], c.get("p_holm", c["p_value"]), width) for c in cells)
         lines.append(f"{label:<8}{cells[0]['count']:>6}{mark} {row}")
+    return lines
+
+
+def _aer_rows(report: dict) -> list[str]:
+    """AER (%) by length bin of the systems scored as word aligners, and of the diagonal baseline."""
+    view = report["word_alignment"]
+    scored = {name: s["word_alignment"] for name, s in report["systems"].items() if s.get("word_alignment")}
+    scored["diagonal"] = view["diagonal"]
+    width = max(12, *(len(n) + 2 for n in scored))
+    cell = lambda x: ("-" if x is None else f"{100 * x:5.1f}").ljust(width)  # noqa: E731
+    lines = [f"alignment error rate (%) by {report['bin_by']} length, {view['method']} links of the force-decoded "
+             f"reference against gold {view['gold']}",  # fmt: skip
+             f"{'bin':<8}{'n':>6}  " + "".join(n.ljust(width) for n in scored)]
+    for b, label in enumerate(report["bin_labels"]):
+        lines.append(f"{label:<8}{view['diagonal']['bins'][b]['count']:>6}  "
+                     + "".join(cell(a["bins"][b]["aer"]) for a in scored.values()))  # fmt: skip
+    lines.append(f"{'all':<8}{report['num_sentences']:>6}  " + "".join(cell(a["aer"]) for a in scored.values()))
+    lines.append(f"{'P / R':<14}  " + "".join(f"{100 * a['precision']:.1f} / {100 * a['recall']:.1f}".ljust(width)
+                                               for a in scored.values()))  # fmt: skip
     return lines
 
 

@@ -1,6 +1,7 @@
 """Results over seeds: every seed's ``nmt.evaluate`` report of one split combined into each bin's
 mean and standard deviation, how many seeds found a difference significant, and the length result
-in one number; with the tables and the band plot that show them (used by :mod:`nmt.study`).
+in one number, and, where gold word alignments were known, each model's alignment error rate per
+bin; with the tables and the band plot that show them (used by :mod:`nmt.study`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,65 @@ def aggregate(reports: dict[int, dict], baseline: str) -> dict:
             "per_seed": {s: {"bleu": x["bleu"], "ci_low": x["ci_low"], "ci_high": x["ci_high"], "chrf": x["chrf"],
                              "p_value": (x["p_value"] or {}).get("bleu")} for s, x in systems.items()},
         }  # fmt: skip
-    return {"seeds": list(reports), "baseline": baseline, "overall": overall, "binnings": views}
+    return {"seeds": list(reports), "baseline": baseline, "overall": overall, "binnings": views,
+            "word_alignment": aggregate_alignment(reports)}  # fmt: skip
+
+
+def aggregate_alignment(reports: dict[int, dict]) -> dict | None:
+    """The seeds' word-alignment scores (``nmt.evaluate`` with gold links) over seeds, or None
+    when no report has them::
+
+        gold, method, bin_by, edges, bin_labels, counts,
+        models: {model (and "diagonal"): {seeds, aer: {mean, sd}, precision: {mean, sd}, recall: {mean, sd},
+                 bins: [{label, count, mean, sd, per_seed: {seed: aer}}]}}
+
+    AER, precision and recall are fractions; ``diagonal`` is the baseline that needs no model.
+    """
+    scored = {s: r for s, r in reports.items() if r.get("word_alignment")}
+    if not scored:
+        return None
+    first = next(iter(scored.values()))
+    per_seed: dict[str, dict] = {}  # model -> seed -> scores
+    for seed, report in scored.items():
+        for model, system in report["systems"].items():
+            if system.get("word_alignment"):
+                per_seed.setdefault(model, {})[seed] = system["word_alignment"]
+        per_seed.setdefault("diagonal", {})[seed] = report["word_alignment"]["diagonal"]
+    models = {}
+    for model, seeds in per_seed.items():
+        bins = []
+        for b, label in enumerate(first["bin_labels"]):
+            values = {s: x["bins"][b]["aer"] for s, x in seeds.items()}
+            mean, sd = _mean_sd([v for v in values.values() if v is not None])
+            bins.append({"label": label, "count": next(iter(seeds.values()))["bins"][b]["count"], "mean": mean,
+                         "sd": sd, "per_seed": values})  # fmt: skip
+        models[model] = {"seeds": list(seeds), "bins": bins,
+                         **{k: dict(zip(("mean", "sd"), _mean_sd([x[k] for x in seeds.values()])))
+                            for k in ("aer", "precision", "recall")}}  # fmt: skip
+    view = first["word_alignment"]
+    return {"gold": view["gold"], "method": view["method"], "bin_by": first["bin_by"], "edges": first["edges"],
+            "bin_labels": first["bin_labels"], "counts": [b["count"] for b in view["diagonal"]["bins"]],
+            "models": models}  # fmt: skip
+
+
+def alignment_table(summary: dict) -> list[str]:
+    """A markdown table of the alignment error rate (%) per length bin over seeds, a column per
+    model that attends and one for the diagonal baseline; empty when nothing was scored."""
+    view = summary.get("word_alignment")
+    if not view:
+        return []
+    pct = lambda m, sd: _mean_sd_text(None if m is None else 100 * m, None if sd is None else 100 * sd)  # noqa: E731
+    head = [f"{m} ({len(v['seeds'])} seed{'s' if len(v['seeds']) > 1 else ''})" if m != "diagonal" else m
+            for m, v in view["models"].items()]  # fmt: skip
+    lines = [f"| {view['bin_by']} words | sentences | " + " | ".join(head) + " |",
+             "|---|---:|" + "---|" * len(head)]  # fmt: skip
+    for b, label in enumerate(view["bin_labels"]):
+        cells = [pct(v["bins"][b]["mean"], v["bins"][b]["sd"]) for v in view["models"].values()]
+        lines.append(f"| {label} | {view['counts'][b]} | " + " | ".join(cells) + " |")
+    for key, name in (("aer", "all"), ("precision", "precision"), ("recall", "recall")):
+        cells = [pct(v[key]["mean"], v[key]["sd"]) for v in view["models"].values()]
+        lines.append(f"| {name} | {sum(view['counts']) if key == 'aer' else ''} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _mean_sd_text(mean: float | None, sd: float | None) -> str:

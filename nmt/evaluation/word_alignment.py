@@ -14,7 +14,7 @@ original, whitespace-tokenized sentences. The steps:
 4. :func:`symmetrize`: the links of a model of each direction combined (intersection, union,
    grow-diag, grow-diag-final; Koehn et al. 2003).
 5. :func:`alignment_error_rate`: AER, precision and recall against gold sure (S) and possible
-   (P) links, S a subset of P (Och & Ney 2003):
+   (P) links, S a subset of P (Och & Ney 2003), over a corpus or per length bin (:func:`aer_by_bin`):
 
        precision = |A & P| / |A|,  recall = |A & S| / |S|,  AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)
 
@@ -230,6 +230,25 @@ def alignment_error_rate(predicted: Iterable[set[Link]], gold: Iterable[GoldAlig
         a_s, a_p = a_s + len(links & g.sure), a_p + len(links & possible)
     return {"aer": 1.0 - (a_s + a_p) / max(a + s, 1), "precision": a_p / max(a, 1), "recall": a_s / max(s, 1),
             "links": float(a)}  # fmt: skip
+
+
+def aer_by_bin(predicted: Sequence[set[Link]], gold: Sequence[GoldAlignment], bin_ids: np.ndarray,
+               num_bins: int) -> list[dict[str, float | int | None]]:  # fmt: skip
+    """:func:`alignment_error_rate` of the pairs of each length bin.
+
+    :param bin_ids: (N,) int, each pair's bin (:func:`nmt.evaluation.length_bins.assign_bins`).
+    :return: one dict a bin: ``count`` (pairs) and ``aer``, ``precision``, ``recall``, ``links``
+        (None for an empty bin).
+    """
+    out: list[dict[str, float | int | None]] = []
+    for b in range(num_bins):
+        members = np.flatnonzero(np.asarray(bin_ids) == b)
+        if len(members) == 0:
+            out.append({"count": 0, "aer": None, "precision": None, "recall": None, "links": None})
+            continue
+        scores = alignment_error_rate([predicted[i] for i in members], [gold[i] for i in members])
+        out.append({"count": len(members), **scores})
+    return out
 
 
 def format_links(links: set[Link]) -> str:
