@@ -98,7 +98,7 @@ def align(cfg: DictConfig) -> dict:
     gold = read_gold(cfg.gold, num_pairs=len(sources), one_based=cfg.gold_one_based) if cfg.gold else None
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
-    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule)
+    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule, cfg.precision)
     if not model.has_alignment:
         raise ConfigError(f"ckpt={cfg.ckpt}: this model has no attention (model.attention=none); nothing to align")
     translated = targets is None
@@ -111,7 +111,7 @@ def align(cfg: DictConfig) -> dict:
     methods: dict[str, list[set[Link]]] = {"forward": [hard_links(m, cfg.method, cfg.threshold) for m in forward]}
     links = methods["forward"]
     if cfg.reverse_ckpt is not None:
-        reverse, rev_src, rev_tgt, _ = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule)
+        reverse, rev_src, rev_tgt, _ = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule, cfg.precision)
         backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device)
         methods["backward"] = [{(i, j) for j, i in hard_links(m, cfg.method, cfg.threshold)} for m in backward]
         for name in SYMMETRIZATIONS:

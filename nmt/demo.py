@@ -416,7 +416,7 @@ def load_explorer(cfg: DictConfig) -> Explorer:
     """The checkpoints of ``cfg.ckpt`` (``[name:PATH, ...]`` or paths; ``a.pt+b.pt`` an ensemble), loaded once."""
     named = parse_named(cfg.ckpt, "ckpt")
     translators = {name: Translator.from_checkpoint(path, device=cfg.device, threads=cfg.threads,
-                                                    ensemble_rule=cfg.ensemble_rule)
+                                                    ensemble_rule=cfg.ensemble_rule, precision=cfg.precision)
                    for name, path in named.items()}  # fmt: skip
     return Explorer(translators, Limits(cfg.max_chars, cfg.max_beam), cfg.workers, cfg.max_waiting, named)
 

@@ -36,6 +36,7 @@ from nmt.checkpoint import load_checkpoint, model_from_checkpoint
 from nmt.decoder import DecoderState
 from nmt.errors import CheckpointError
 from nmt.model import Seq2Seq
+from nmt.quantization import check_precision, quantize
 from nmt.vocab import Vocab
 
 RULES = ("log_mean", "mean")
@@ -123,9 +124,12 @@ def split_members(spec: str | Path) -> list[Path]:
 
 
 def load_system(
-    spec: str | Path | list, device: torch.device, rule: str = "log_mean"
+    spec: str | Path | list, device: torch.device, rule: str = "log_mean", precision: str = "fp32"
 ) -> tuple[Seq2Seq | Ensemble, Vocab, Vocab, DictConfig]:
     """Load one checkpoint, or several joined by ``+`` (or given as a list) as an :class:`Ensemble`.
+
+    :param precision: ``fp32``, or ``int8`` for dynamically quantized members on the CPU
+        (:mod:`nmt.quantization`).
 
     :return: the model (a plain :class:`~nmt.model.Seq2Seq` for one file), the vocabularies and
         the first member's config (its ``train.search`` is the ensemble's default decoding).
@@ -133,21 +137,23 @@ def load_system(
         subword models; one line.
     """
     paths = [Path(p) for p in spec] if isinstance(spec, list | tuple) else split_members(spec)
-    return system_from_payloads(paths, [load_checkpoint(path) for path in paths], device, rule)
+    return system_from_payloads(paths, [load_checkpoint(path) for path in paths], device, rule, precision)
 
 
 def system_from_payloads(
-    paths: list[Path], payloads: list[dict], device: torch.device, rule: str = "log_mean"
+    paths: list[Path], payloads: list[dict], device: torch.device, rule: str = "log_mean", precision: str = "fp32"
 ) -> tuple[Seq2Seq | Ensemble, Vocab, Vocab, DictConfig]:
     """:func:`load_system` of checkpoints already read (``paths`` name them in errors)."""
     if rule not in RULES:
         raise CheckpointError(f"ensemble_rule={rule!r}: choose one of {', '.join(RULES)}")
+    check_precision(precision, device)
     loaded = []
     for path, payload in zip(paths, payloads):
         try:
-            loaded.append(model_from_checkpoint(payload))
+            model, *rest = model_from_checkpoint(payload)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from None
+        loaded.append((quantize(model, precision), *rest))
     model, src_vocab, tgt_vocab, config = loaded[0]
     if len(loaded) == 1:
         return model.to(device), src_vocab, tgt_vocab, config

@@ -225,7 +225,8 @@ def evaluate(cfg: DictConfig) -> dict:
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         try:
             settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
-            model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule)
+            model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule,
+                                                                   cfg.precision)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
             if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
                 matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device)

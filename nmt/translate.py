@@ -152,7 +152,7 @@ def _load(cfg: DictConfig) -> tuple:
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
-    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule)
+    model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule, cfg.precision)
     seconds = time.perf_counter() - start
     if cfg.alignments and not model.has_alignment:
         raise ValueError("alignments=true: this model has no attention (model.attention=none)")
