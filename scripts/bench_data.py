@@ -90,6 +90,11 @@ def worker(tree: str, cache: str, corpus: str, overrides: list[str]) -> None:
     from nmt.data.batches import prepare_data
     from nmt.model import build_model
 
+    try:  # registers the config schemas (train/schema, search/schema) that configs/*.yaml start from
+        import nmt.configs  # noqa: F401
+    except ModuleNotFoundError:  # a commit from before the schemas
+        pass
+
     started = time.time() - float(os.environ["BENCH_T0"])
     folder = Path(corpus)
     args = [

@@ -36,6 +36,11 @@ from nmt.runtime import resolve_device, seed_everything, set_threads
 from nmt.search import SearchSettings
 from nmt.translator import translate_lines
 
+try:  # registers the config schemas (train/schema, search/schema) that configs/*.yaml start from
+    import nmt.configs  # noqa: F401
+except ModuleNotFoundError:  # a commit from before the schemas
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = OmegaConf.load(REPO / "configs" / "translate.yaml")
 

@@ -3,11 +3,14 @@
     python scripts/benchmark.py --data-dir ../shared/data/multi30k            # the reference model
     python scripts/benchmark.py --data-dir ... --overrides model/attention=none train.threads=1
     torchrun --nproc_per_node=2 scripts/benchmark.py --data-dir ... --threads 1   # DDP, 2 x 1 thread
+    python scripts/benchmark.py --data-dir ... --device cuda --overrides train.amp=bf16   # one GPU, bf16
+    torchrun --nproc_per_node=8 scripts/benchmark.py --data-dir ... --device cuda     # DDP over nccl, 8 GPUs
 
 Prints target/source tokens per second, sentences per second, seconds per update, peak resident
-memory, the model's analytic FLOPs per target token, the GFLOP/s that implies, and the machine's
-matmul GFLOP/s measured in the same run (so the ratio means something on a busy machine); then
-the same figures as one JSON line. Each of ``--repeats`` rounds times ``--updates`` updates after
+memory (on a GPU: the peak allocated on rank 0's device), the model's analytic FLOPs per target
+token, the GFLOP/s that implies, and the machine's matmul GFLOP/s measured in the same run (so the
+ratio means something on a busy machine; on a GPU in fp32 and bf16); then the same figures as one
+JSON line. Each of ``--repeats`` rounds times ``--updates`` updates after
 ``--warmup`` untimed ones; medians are reported.
 """
 
@@ -32,18 +35,31 @@ from nmt.runtime import set_threads
 from nmt.training.distributed import Dist
 from nmt.training.trainer import Objective, train_update
 
+try:  # registers the config schemas (train/schema, search/schema) that configs/*.yaml start from
+    import nmt.configs  # noqa: F401
+except ModuleNotFoundError:  # a commit from before the schemas (scripts/compare_speed.py)
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def matmul_gflops(size: int, rows: int | None = None, seconds: float = 1.0) -> float:
-    """fp32 GFLOP/s of (rows x size) @ (size x size) matmuls, run for about ``seconds``."""
-    rows = rows or size
-    a, b = torch.randn(rows, size), torch.randn(size, size)
+def matmul_gflops(size: int, rows: int | None = None, seconds: float = 1.0, device: torch.device | None = None,
+                  dtype: torch.dtype = torch.float32) -> float:  # fmt: skip
+    """GFLOP/s of (rows x size) @ (size x size) matmuls in ``dtype`` on ``device``, run for about ``seconds``."""
+    rows, device = rows or size, device or torch.device("cpu")
+    a = torch.randn(rows, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.mm(a, b)
+    sync()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         torch.mm(a, b)
         count += 1
+        if device.type == "cuda" and count % 10:
+            continue
+        sync()
+    sync()
     return 2 * rows * size * size * count / (time.perf_counter() - start) / 1e9
 
 
@@ -82,31 +98,43 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process; 0 = one per core")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one GPU a process "
+                        "(under torchrun, cuda:LOCAL_RANK), nccl between them")  # fmt: skip
     args = parser.parse_args()
 
     distributed = "RANK" in os.environ
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is visible")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     set_threads(args.threads)
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={args.experiment}", f"data.dir={args.data_dir}", *args.overrides])
     torch.manual_seed(cfg.train.seed)
     data = prepare_data(cfg.data)
-    model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
+    model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
     net = Objective(model)
-    net = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
+    if distributed:
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if cuda else None)
     optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
     batches = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=0)
     need = args.warmup + args.updates * args.repeats
     batches = [batches[(i * world + rank) % len(batches)] for i in range(need)]
-    machine = matmul_gflops(2048) if rank == 0 else 0.0
-    machine_step = matmul_gflops(512, rows=256) if rank == 0 else 0.0
+    big = 8192 if cuda else 2048  # large enough to reach the device's peak
+    machine = matmul_gflops(big, device=device) if rank == 0 else 0.0
+    machine_step = matmul_gflops(512, rows=256, device=device) if rank == 0 else 0.0
+    machine_bf16 = matmul_gflops(big, device=device, dtype=torch.bfloat16) if rank == 0 and cuda else None
 
-    job = Dist(rank, world, torch.device("cpu"))
+    job = Dist(rank, world, device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def run(indices) -> tuple[int, int, int]:
-        batch = data.train.collate(indices)
+        batch = data.train.collate(indices).to(device)
         stats = train_update(net, optimizer, [batch], cfg.train, job)
         return stats.tokens, int(batch.src_lens.sum()), len(indices)
 
@@ -117,11 +145,15 @@ def main() -> None:
         chunk = batches[args.warmup + r * args.updates : args.warmup + (r + 1) * args.updates]
         if distributed:
             dist.barrier()
+        sync()
         start = time.perf_counter()
         counts = torch.tensor([run(indices) for indices in chunk]).sum(0)  # tgt, src, sentences
+        sync()
         if distributed:
             dist.barrier()
+            counts = counts.to(device)
             dist.all_reduce(counts)
+            counts = counts.cpu()
         seconds = time.perf_counter() - start
         rounds.append((seconds, *counts.tolist()))
     # each rate is the median over rounds of that round's own ratio (not a ratio of two medians,
@@ -133,8 +165,10 @@ def main() -> None:
     per_tgt, per_src = analytic_macs(model, mean_src_len)
     flops_per_tgt = 3 * 2 * (per_tgt + per_src * src / tgt)  # forward + backward ~ 3 forward passes
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB -> GiB
+    peak_device = torch.cuda.max_memory_allocated(device) / 1024**3 if cuda else None
     result = {
         "config": [f"experiment={args.experiment}", *args.overrides],
+        "device": str(device.type) if not cuda else torch.cuda.get_device_name(device),
         "processes": world,
         "threads_per_process": torch.get_num_threads(),
         "updates": args.updates,
@@ -144,10 +178,13 @@ def main() -> None:
         "sentences_per_s": rate(3),
         "s_per_update": seconds / args.updates,
         "peak_rss_gib_rank0": peak,
+        "peak_gpu_memory_gib_rank0": peak_device,
         "mflop_per_tgt_token": flops_per_tgt / 1e6,
         "achieved_gflops": flops_per_tgt * rate(1) / 1e9,
         "machine_matmul_gflops_2048": machine,
         "machine_matmul_gflops_256x512x512": machine_step,
+        "machine_matmul_gflops_bf16": machine_bf16,
+        "ratio_to_matmul": flops_per_tgt * rate(1) / 1e9 / machine / world if machine else None,
         "all_rounds_tgt_tokens_per_s": [r[1] / r[0] for r in rounds],
     }
     if rank == 0:
