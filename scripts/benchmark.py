@@ -114,7 +114,7 @@ def main() -> None:
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     set_threads(args.threads)
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={args.experiment}", f"data.dir={args.data_dir}", *args.overrides])
+        cfg = compose("train", overrides=[f"experiment={args.experiment}", f"++data.dir={args.data_dir}", *args.overrides])
     torch.manual_seed(cfg.train.seed)
     data = prepare_data(cfg.data)
     model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
