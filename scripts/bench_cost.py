@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from bench_gpu import run_json  # scripts/ is on sys.path when a script in it runs
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH_TOKENS = (1024, 2048, 4096, 8192, 16384)
@@ -31,11 +32,7 @@ def point(args: argparse.Namespace, experiment: str, overrides: list[str]) -> di
     command = [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--experiment", experiment,
                "--data-dir", args.data_dir, "--threads", str(args.threads), "--updates", str(args.updates),
                "--repeats", str(args.repeats), "--overrides", f"data.cache_dir={args.cache_dir}", *overrides]  # fmt: skip
-    print("+", " ".join(command), file=sys.stderr, flush=True)
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json(command)
 
 
 def main(argv: list[str] | None = None) -> dict:

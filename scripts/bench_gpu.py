@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_json(command: list[str]) -> dict:
-    """Run a benchmark command from the repository root; its last line of output, as JSON."""
+    """Run a benchmark command (``scripts/benchmark.py``, which ends its output with one JSON line)
+    from the repository root; that line, parsed. Also used by ``scripts/bench_cost.py``."""
     print("+", " ".join(command), file=sys.stderr, flush=True)
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
