@@ -186,12 +186,12 @@ def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
 
 def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[str, str]) -> None:
     """Before any work: ``out_dir`` can be made, and no file written there is one of the inputs
-    (a hypothesis file, the source, the reference or a checkpoint)."""
+    (a hypothesis file, the source, the reference, the gold alignments or a checkpoint)."""
     check_output_dir(cfg.out_dir, "out_dir")
     if cfg.tensorboard is not None:
         check_output_dir(cfg.tensorboard, "tensorboard")
     members = [str(path) for spec in checkpoints.values() for path in split_members(spec)]
-    inputs = [*hyp_files.values(), *members, *(str(f) for f in (cfg.src, cfg.ref) if f is not None)]
+    inputs = [*hyp_files.values(), *members, *(str(f) for f in (cfg.src, cfg.ref, cfg.alignments.gold) if f is not None)]
     for path in planned_outputs(cfg, checkpoints):
         named = path.parent.name in ("hypotheses", "word_alignments")
         key = f"ckpt name {path.stem!r} (out_dir/{path.parent.name}/{path.name})" if named else "out_dir"

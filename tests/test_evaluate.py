@@ -482,6 +482,14 @@ def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Pat
                                                f"out_dir={tmp_path / 'o2'}"])  # fmt: skip
         unattending = compose("evaluate", overrides=[*common, f"ckpt={synthetic_checkpoints['none']}",
                                                      f"alignments.gold={gold}", f"out_dir={tmp_path / 'o3'}"])  # fmt: skip
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        clobber = compose("evaluate", overrides=[*common, f"ckpt={synthetic_checkpoints['bahdanau']}",
+                                                 f"alignments.gold={tmp_path / 'o4' / 'word_alignments' / 'bahdanau.txt'}",
+                                                 f"out_dir={tmp_path / 'o4'}"])  # fmt: skip
+    (tmp_path / "o4" / "word_alignments").mkdir(parents=True)
+    (tmp_path / "o4" / "word_alignments" / "bahdanau.txt").write_text("1-1\n1-1\n1-1\n")
+    with pytest.raises(ValueError, match="is the input file"):  # the gold file is never overwritten
+        evaluate(clobber)
     with pytest.raises(ValueError, match="1 lines of links for 3 sentence pairs"):
         evaluate(short)
     with pytest.raises(ValueError, match="no checkpoint system attends"):
