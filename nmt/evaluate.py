@@ -151,6 +151,7 @@ def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelT
     return text, split
 
 
+DIAGONAL = "diagonal"  # the word-alignment baseline's name in the tables (nmt.evaluation.word_alignment.diagonal_links)
 SYNTHETIC_GOLD = "synthetic"  # the gold name of a synthetic split's own alignments (nmt.data.synthetic.gold_links)
 
 
@@ -216,6 +217,9 @@ def evaluate(cfg: DictConfig) -> dict:
     payloads = {name: loaded[0] for name, loaded in read.items()}  # the first member's data and decoding
     text, split = load_test_set(cfg, payloads)
     gold, gold_name = load_gold(cfg, payloads, text, split)
+    if gold is not None and DIAGONAL in checkpoints:
+        raise ConfigError(f"ckpt name {DIAGONAL!r} is the word-alignment baseline's; name the system otherwise "
+                          "(ckpt=[other:PATH])")  # fmt: skip
     systems = {name: read_lines(path) for name, path in hyp_files.items()}
     for name, hyps in systems.items():
         if len(hyps) != len(text.src):
@@ -254,7 +258,7 @@ def evaluate(cfg: DictConfig) -> dict:
         diagonal = [diagonal_links(len(s.split()), len(t.split())) for s, t in zip(text.src, text.tgt)]
         report["word_alignment"] = {"gold": gold_name, "method": cfg.alignments.method,
                                     "threshold": cfg.alignments.threshold,
-                                    "diagonal": alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
+                                    DIAGONAL: alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
             pharaoh = "".join(format_links(one) + "\n" for one in system_links)

@@ -490,6 +490,11 @@ def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Pat
     (tmp_path / "o4" / "word_alignments" / "bahdanau.txt").write_text("1-1\n1-1\n1-1\n")
     with pytest.raises(ValueError, match="is the input file"):  # the gold file is never overwritten
         evaluate(clobber)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        named = compose("evaluate", overrides=[*common, f"ckpt=[diagonal:{synthetic_checkpoints['bahdanau']}]",
+                                               f"alignments.gold={gold}", f"out_dir={tmp_path / 'o5'}"])  # fmt: skip
+    with pytest.raises(ValueError, match="ckpt name 'diagonal' is the word-alignment baseline's"):
+        evaluate(named)
     with pytest.raises(ValueError, match="1 lines of links for 3 sentence pairs"):
         evaluate(short)
     with pytest.raises(ValueError, match="no checkpoint system attends"):
