@@ -8,10 +8,12 @@
 
 Prints target/source tokens per second, sentences per second, seconds per update, peak resident
 memory (on a GPU: the peak allocated on rank 0's device), the model's analytic FLOPs per target
-token, the GFLOP/s that implies, and the machine's matmul GFLOP/s measured in the same run (so the
-ratio means something on a busy machine; on a GPU in fp32 and bf16); then the same figures as one
-JSON line. Each of ``--repeats`` rounds times ``--updates`` updates after
-``--warmup`` untimed ones; medians are reported.
+token, the GFLOP/s that implies, and the machine's matmul GFLOP/s measured in the same run (on a GPU
+in fp32 and bf16); then the same figures as one JSON line. Each of ``--repeats`` rounds times
+``--updates`` updates after ``--warmup`` untimed ones, right after one second of 2048 x 2048 matmuls
+(8192 on a GPU); ``ratio_to_matmul`` is the median over rounds of each round's achieved GFLOP/s
+over the matmul rate just before it, so that a machine whose speed drifts during the run moves
+both sides of the ratio alike. Every rate is a median over rounds.
 """
 
 from __future__ import annotations
@@ -126,7 +128,6 @@ def main() -> None:
     need = args.warmup + args.updates * args.repeats
     batches = [batches[(i * world + rank) % len(batches)] for i in range(need)]
     big = 8192 if cuda else 2048  # large enough to reach the device's peak
-    machine = matmul_gflops(big, device=device) if rank == 0 else 0.0
     machine_step = matmul_gflops(512, rows=256, device=device) if rank == 0 else 0.0
     machine_bf16 = matmul_gflops(big, device=device, dtype=torch.bfloat16) if rank == 0 and cuda else None
 
@@ -140,9 +141,12 @@ def main() -> None:
 
     for indices in batches[: args.warmup]:
         run(indices)
-    rounds = []
+    rounds, machine_rounds = [], []
     for r in range(args.repeats):
         chunk = batches[args.warmup + r * args.updates : args.warmup + (r + 1) * args.updates]
+        # the machine's rate right before each round, so that each round's ratio compares like with like
+        # on a machine whose speed drifts (another tenant, the clock)
+        machine_rounds.append(matmul_gflops(big, device=device) if rank == 0 else 0.0)
         if distributed:
             dist.barrier()
         sync()
@@ -164,6 +168,8 @@ def main() -> None:
     mean_src_len = src / sentences
     per_tgt, per_src = analytic_macs(model, mean_src_len)
     flops_per_tgt = 3 * 2 * (per_tgt + per_src * src / tgt)  # forward + backward ~ 3 forward passes
+    machine = statistics.median(machine_rounds)
+    ratios = [flops_per_tgt * r[1] / r[0] / 1e9 / m / world for r, m in zip(rounds, machine_rounds) if m]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB -> GiB
     peak_device = torch.cuda.max_memory_allocated(device) / 1024**3 if cuda else None
     result = {
@@ -184,8 +190,10 @@ def main() -> None:
         "machine_matmul_gflops_2048": machine,
         "machine_matmul_gflops_256x512x512": machine_step,
         "machine_matmul_gflops_bf16": machine_bf16,
-        "ratio_to_matmul": flops_per_tgt * rate(1) / 1e9 / machine / world if machine else None,
+        "ratio_to_matmul": statistics.median(ratios) if ratios else None,
         "all_rounds_tgt_tokens_per_s": [r[1] / r[0] for r in rounds],
+        "all_rounds_matmul_gflops_2048": machine_rounds,
+        "all_rounds_ratio_to_matmul": ratios,
     }
     if rank == 0:
         for key, value in result.items():
