@@ -3,6 +3,7 @@
     python scripts/benchmark.py --data-dir ../shared/data/multi30k            # the reference model
     python scripts/benchmark.py --data-dir ... --overrides model/attention=none train.threads=1
     torchrun --nproc_per_node=2 scripts/benchmark.py --data-dir ... --threads 1   # DDP, 2 x 1 thread
+    python scripts/benchmark.py --data-dir ... --compile     # the decoder's step through torch.compile
     python scripts/benchmark.py --data-dir ... --device cuda --overrides train.amp=bf16   # one GPU, bf16
     torchrun --nproc_per_node=8 scripts/benchmark.py --data-dir ... --device cuda     # DDP over nccl, 8 GPUs
 
@@ -100,6 +101,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process; 0 = one per core")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the decoder's step (the recurrence "
+                        "and attention of one target position, dynamic shapes) before timing")  # fmt: skip
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one GPU a process "
                         "(under torchrun, cuda:LOCAL_RANK), nccl between them")  # fmt: skip
     args = parser.parse_args()
@@ -120,6 +123,8 @@ def main() -> None:
     torch.manual_seed(cfg.train.seed)
     data = prepare_data(cfg.data)
     model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    if args.compile:  # an experiment: the training loop itself runs the step eagerly
+        model.decoder._recur = torch.compile(model.decoder._recur, dynamic=True)
     net = Objective(model)
     if distributed:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if cuda else None)
@@ -174,6 +179,7 @@ def main() -> None:
     peak_device = torch.cuda.max_memory_allocated(device) / 1024**3 if cuda else None
     result = {
         "config": [f"experiment={args.experiment}", *args.overrides],
+        "compiled_step": args.compile,
         "device": str(device.type) if not cuda else torch.cuda.get_device_name(device),
         "processes": world,
         "threads_per_process": torch.get_num_threads(),
