@@ -92,6 +92,16 @@ def analytic_macs(model: Seq2Seq, src_len: float) -> tuple[float, float]:
     return per_tgt, per_src
 
 
+def load_setup(experiment: str, data_dir: str, overrides: list[str]):
+    """The composed training config of ``experiment`` with ``overrides``, its prepared data and the
+    model it builds (seeded with ``train.seed``, on the CPU). Also used by ``scripts/profile_update.py``."""
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={experiment}", f"++data.dir={data_dir}", *overrides])
+    torch.manual_seed(cfg.train.seed)
+    data = prepare_data(cfg.data)
+    return cfg, data, build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", default="multi30k_de_en")
@@ -118,11 +128,8 @@ def main() -> None:
         dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     set_threads(args.threads)
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={args.experiment}", f"++data.dir={args.data_dir}", *args.overrides])
-    torch.manual_seed(cfg.train.seed)
-    data = prepare_data(cfg.data)
-    model: torch.nn.Module = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    cfg, data, model = load_setup(args.experiment, args.data_dir, args.overrides)
+    model = model.to(device)
     if args.compile:  # an experiment: the training loop itself runs the step eagerly
         model.decoder._recur = torch.compile(model.decoder._recur, dynamic=True)
     net = Objective(model)

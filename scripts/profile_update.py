@@ -7,7 +7,8 @@
 Runs ``--warmup`` untimed updates, then profiles ``--updates`` more. Prints, per update:
 
 * the wall time, and how it splits between the forward pass, the backward pass and the optimizer
-  (gradient clipping and Adam), each marked with ``torch.profiler.record_function``;
+  (gradient clipping and Adam), the phases that :func:`nmt.training.trainer.train_update` marks
+  with ``torch.profiler.record_function``;
 * the time by kind of operator (matrix products, the encoder's GRU kernel, pointwise arithmetic,
   softmax and loss, copies and reshapes, the optimizer's kernels) as a share of the update;
 * the ``--rows`` operators with the most self CPU time.
@@ -23,21 +24,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import hydra
 import torch
-from hydra import compose, initialize_config_dir
-from torch.profiler import ProfilerActivity, profile, record_function
+from benchmark import load_setup  # scripts/ is on sys.path when a script in it runs
+from torch.profiler import ProfilerActivity, profile
 
-import nmt.configs  # noqa: F401  (registers the config schemas)
-from nmt.data.batches import prepare_data
-from nmt.model import build_model
 from nmt.runtime import set_threads
-from nmt.training.trainer import Objective
+from nmt.training.distributed import Dist
+from nmt.training.trainer import Objective, train_update
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,18 +76,6 @@ def kind_of(name: str) -> str:
     return POINTWISE
 
 
-def one_update(net: Objective, optimizer: torch.optim.Optimizer, batch, label_smoothing: float, clip: float) -> None:
-    """The update of :func:`nmt.training.trainer.train_update`, its three phases labelled."""
-    optimizer.zero_grad(set_to_none=True)
-    with record_function("forward"):
-        loss, _ = net(batch, label_smoothing)
-    with record_function("backward"):
-        (loss / batch.num_tgt_tokens).backward()
-    with record_function("optimizer"):
-        torch.nn.utils.clip_grad_norm_(net.parameters(), clip if clip > 0 else math.inf)
-        optimizer.step()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", default="multi30k_de_en")
@@ -103,16 +89,13 @@ def main() -> None:
     args = parser.parse_args()
 
     set_threads(args.threads)
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={args.experiment}", f"++data.dir={args.data_dir}", *args.overrides])
-    torch.manual_seed(cfg.train.seed)
-    data = prepare_data(cfg.data)
-    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
-    net = Objective(model).train()
+    cfg, data, model = load_setup(args.experiment, args.data_dir, args.overrides)
+    net = Objective(model)
     optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
     order = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=0)
     batches = [data.train.collate(order[i % len(order)]) for i in range(args.warmup + args.updates)]
-    step = lambda batch: one_update(net, optimizer, batch, cfg.train.label_smoothing, cfg.train.clip_norm)  # noqa: E731
+    job = Dist(0, 1, torch.device("cpu"))
+    step = lambda batch: train_update(net, optimizer, [batch], cfg.train, job)  # noqa: E731  (the trainer's update)
 
     for batch in batches[: args.warmup]:
         step(batch)

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+from torch.profiler import record_function
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -115,14 +116,17 @@ def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: Di
         last = i == len(batches) - 1
         sync = nullcontext() if last or not job.enabled else net.no_sync()  # all-reduce once, at the end
         with sync, _autocast(batch.src.device, tcfg.amp):
-            loss, nll = net(batch, tcfg.label_smoothing)
-            (loss * (job.world_size / total_tokens)).backward()
+            with record_function("forward"):  # the phases, labelled for torch.profiler (scripts/profile_update.py)
+                loss, nll = net(batch, tcfg.label_smoothing)
+            with record_function("backward"):
+                (loss * (job.world_size / total_tokens)).backward()
         loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll)
-    # the same (all-reduced) gradients on every rank, so every rank takes the same decision
-    limit = tcfg.clip_norm if tcfg.clip_norm > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), limit))
-    if math.isfinite(grad_norm):
-        optimizer.step()
+    with record_function("optimizer"):
+        # the same (all-reduced) gradients on every rank, so every rank takes the same decision
+        limit = tcfg.clip_norm if tcfg.clip_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), limit))
+        if math.isfinite(grad_norm):
+            optimizer.step()
     return UpdateStats(loss_sum / local_tokens, nll_sum / local_tokens, local_tokens, grad_norm)
 
 
