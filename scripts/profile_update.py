@@ -130,10 +130,10 @@ def main() -> None:
     print("\nkind of work              ms/update   share")
     for name, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"{name:24s} {ms:10.1f} {ms / profiled:7.1%}")
-    print(f"\n{'operator':32s} {'calls/update':>12s} {'self ms/update':>15s}   share")
-    for ms, calls, name in sorted(ops, reverse=True)[: args.rows]:
-        print(f"{name:32s} {calls:12d} {ms:15.1f} {ms / profiled:7.1%}")
     top = sorted(ops, reverse=True)[: args.rows]
+    print(f"\n{'operator':32s} {'calls/update':>12s} {'self ms/update':>15s}   share")
+    for ms, calls, name in top:
+        print(f"{name:32s} {calls:12d} {ms:15.1f} {ms / profiled:7.1%}")
     print(json.dumps({
         "config": [f"experiment={args.experiment}", *args.overrides],
         "threads": torch.get_num_threads(),
