@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import hydra
 import torch
-from benchmark import load_setup  # scripts/ is on sys.path when a script in it runs
 from torch.profiler import ProfilerActivity, profile
 
 from nmt.runtime import set_threads
@@ -38,6 +38,8 @@ from nmt.training.distributed import Dist
 from nmt.training.trainer import Objective, train_update
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # however this script is run (runpy, an import)
+from benchmark import load_setup  # noqa: E402
 
 #: operator kinds by aten name (without ``aten::`` and a trailing ``_``, so ``add_`` is ``add``); a name
 #: ending in ``_backward`` belongs where its operator does, unless listed itself
