@@ -5,10 +5,11 @@ signal; finally score the test splits.
 
 A run folder holds ``config.yaml``, ``.hydra/``, ``train.log``, ``metrics.jsonl``,
 ``checkpoints/{best,last}.pt``, ``tensorboard/``, ``hypotheses/`` and ``results.json``. Nothing is written into it until the
-config, the data and a resumed checkpoint are accepted, so a refused or failed start leaves an
-existing folder as it was and removes the folder it was given if that was made for it. A folder
-that holds a run (checkpoints or results) is never trained into by accident: only
-``train.resume=auto`` continues it and only ``train.overwrite=true`` starts it over.
+config, the data and a resumed checkpoint are accepted, so a refused or failed start leaves every
+folder that existed before the command as it was, and removes the folders the command made for
+the run (:mod:`nmt.training.run_folder`). A folder that holds a run (checkpoints or results) is
+never trained into by accident: only ``train.resume=auto`` continues it and only
+``train.overwrite=true`` starts it over.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import json
 import logging
 import logging.handlers
 import math
-import os
 import shutil
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,13 +39,13 @@ from nmt.runtime import RUN_LOG_FORMAT, seed_everything, set_threads, setup_logg
 from nmt.training import distributed
 from nmt.training.checks import resume_changes, validate_config
 from nmt.training.distributed import Dist
+from nmt.training.run_folder import made_for, make_folders, make_new_folder, remove_made
 from nmt.training.runlog import METRICS, convert_log
 from nmt.training.trainer import Progress, Trainer, stop_reason
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.train")
 
-STARTED = time.time()  # folders made after this (by Hydra, for this command) are this command's own
 _CLAIMED: dict[str, str] = {}
 
 
@@ -55,13 +54,14 @@ def claim_folder(base: str) -> str:
     runs started in the same second), ``base-1``, ``base-2``... It is made here, with a ``mkdir``
     that fails if the folder exists, so no two commands get the same one; the same ``base``
     always gives this process the same folder. Behind the default ``hydra.run.dir``
-    (``${nmt.new_folder:outputs/DATE/TIME}``)."""
+    (``${nmt.new_folder:outputs/DATE/TIME}``). The folders made are recorded as the command's own
+    (:mod:`nmt.training.run_folder`)."""
     if base not in _CLAIMED:
-        Path(base).parent.mkdir(parents=True, exist_ok=True)
+        make_folders(Path(base).parent)
         for n in range(10_000):
             folder = base if n == 0 else f"{base}-{n}"
             try:
-                os.mkdir(folder)
+                make_new_folder(folder)
             except FileExistsError:
                 continue
             _CLAIMED[base] = folder
@@ -85,7 +85,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         ``train.resume`` nor ``train.overwrite`` says what to do with it; nothing is written.
     """
     run_dir = Path(run_dir)
-    made = new_folders(run_dir)  # removed again if the start is refused or fails
+    made = made_for(run_dir)  # the folders this command made for it: removed again if the start is refused or fails
     early = _LogBuffer()  # what is logged before train.log exists goes into it once it does
     try:
         validate_config(cfg)  # before anything is read or written
@@ -102,7 +102,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                           (resume.path, resume.payload) if resume else None)  # fmt: skip
     except BaseException:
         early.close()
-        remove_new_folders(made)
+        remove_made(made)
         raise
     if cfg.train.overwrite and job.is_main:
         clear_run(run_dir)
@@ -191,38 +191,12 @@ def _already_finished(run_dir: Path, resume: Resume) -> dict:
     return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
 
 
-def new_folders(run_dir: Path) -> list[Path]:
-    """``run_dir`` and those of its parents that were made for this command (empty, and created
-    after it started: Hydra makes the run folder before :func:`train` runs), innermost first."""
-    made = []
-    for folder in [run_dir, *run_dir.parents]:
-        try:
-            empty = folder.is_dir() and not any(folder.iterdir())
-            if not (empty or made and [p.name for p in folder.iterdir()] == [made[-1].name]):
-                break
-            if folder.stat().st_ctime < STARTED:
-                break
-        except OSError:
-            break
-        made.append(folder)
-    return made
-
-
-def remove_new_folders(made: list[Path]) -> None:
-    """Remove the folders :func:`new_folders` found, if they are still empty (innermost first)."""
-    for folder in made:
-        try:
-            folder.rmdir()  # fails, and stops here, on a folder that is no longer empty
-        except OSError:
-            break
-
-
 def _same_folder_on_every_rank(run_dir: Path, made: list[Path], job: Dist) -> Path:
     """Under ``torchrun`` every process composes its own default folder name: all use rank 0's,
-    and the others remove the folder Hydra made for them."""
+    and the others remove the folders made for them."""
     chosen = Path(job.broadcast(str(run_dir)))
     if chosen != run_dir:
-        remove_new_folders(made)
+        remove_made(made)
     return chosen
 
 
