@@ -10,6 +10,10 @@ Scores implemented here, for a query ``q`` (B, Q) and encoder states ``h_j`` (B,
     scaled_dot     e_j = (W_q q)^T (W_k h_j) / sqrt(d)     projections only when Q != M (Vaswani et al.)
     none           no scores: the context is a fixed summary of the source (Cho et al. 2014)
 
+The same equation for many queries at once, ``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``
+(Vaswani et al. 2017, eq. 1), is :func:`scaled_dot_product_attention`: the Transformer's heads
+(:mod:`nmt.transformer`) call it for self-attention and for cross-attention.
+
 Mask convention, used everywhere in this package: ``src_mask`` is a bool tensor, True at real
 tokens. Scores at padding are set to -inf before the softmax, so padding gets exactly zero weight
 and the weights over real tokens sum to one.
@@ -24,7 +28,40 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool, dropout: float, need_weights: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``softmax(Q K^T / sqrt(d_k)) V`` for a batch of queries: each query's scores over the keys,
+    masked, normalised, and used to average the values (Vaswani et al. 2017, eq. 1).
+
+    Without ``need_weights`` the work goes to ``torch.nn.functional.scaled_dot_product_attention``
+    (fused kernels, the same numbers up to rounding); with it, the weights are computed here, step
+    by step, and returned for plotting and alignment.
+
+    :param query: (..., T, d_k). :param key: (..., S, d_k). :param value: (..., S, d_v).
+    :param mask: bool, broadcastable to (..., T, S), True where a query may look; or None.
+    :param causal: also hide every key after the query's own position (key j > query i).
+    :param dropout: probability of dropping a weight (pass 0.0 outside training).
+    :param need_weights: return the weights too.
+    :return: the averaged values (..., T, d_v) and the weights (..., T, S) (or None).
+    """
+    if causal and mask is None and not need_weights:  # the fused kernel's own causal mask (key j <= query i)
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, is_causal=True), None
+    if causal:
+        past = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()  # (T, S)
+        mask = past if mask is None else mask & past
+    if not need_weights:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout), None
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S), zero where masked
+    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+    return dropped @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
 
 
 class Memory(NamedTuple):

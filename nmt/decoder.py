@@ -143,6 +143,15 @@ class RNNDecoder(nn.Module):
                 )
             self.output.weight = self.embedding.weight
 
+    @property
+    def has_alignment(self) -> bool:
+        """Whether its attention weights align words (False for the fixed-vector ``none``)."""
+        return self.attention.has_alignment
+
+    def prepare(self, enc: EncoderOutput) -> Memory:
+        """The attention's memory of the encoder output, once per batch."""
+        return self.attention.prepare(enc.states, enc.mask, enc.final)
+
     def initial_hidden(self, enc: EncoderOutput) -> tuple[Tensor, ...]:
         """(B, D*H_enc) -> L x (B, H), bottom layer first."""
         if self.bridge is None:
@@ -221,10 +230,13 @@ class BahdanauDecoder(RNNDecoder):
         state, context, weights = self._recur(self.emb_to_gates(emb), memory, state)
         return self._deep_output(state[-1], context, emb), state, weights  # (B, O)
 
-    def forward(self, tgt_in: Tensor, memory: Memory, state: DecoderState) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, tgt_in: Tensor, memory: Memory, state: DecoderState, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor]:
         """Teacher-forced unroll.
 
-        :param tgt_in: (B, T) long, BOS + target. :return: features (B, T, O), weights (B, T, S).
+        :param tgt_in: (B, T) long, BOS + target. :param need_weights: unused (the weights come
+            with every step). :return: features (B, T, O), weights (B, T, S).
         """
         emb = self.emb_dropout(self.embedding(tgt_in))  # (B, T) -> (B, T, E)
         emb_gates = self.emb_to_gates(emb)  # (B, T, 3H): all steps in one matmul
@@ -302,8 +314,10 @@ class LuongDecoder(RNNDecoder):
         state, weights = self._recur(self.emb_to_gates(emb), memory, state)
         return state[-1], self._state(state), weights
 
-    def forward(self, tgt_in: Tensor, memory: Memory, state: DecoderState) -> tuple[Tensor, Tensor]:
-        """Teacher-forced unroll. :param tgt_in: (B, T) long.
+    def forward(
+        self, tgt_in: Tensor, memory: Memory, state: DecoderState, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher-forced unroll. :param tgt_in: (B, T) long. :param need_weights: unused.
         :return: features (B, T, O), weights (B, T, S)."""
         emb_gates = self.emb_to_gates(self.emb_dropout(self.embedding(tgt_in)))  # (B, T) -> (B, T, 3H)
         outputs, weights = [], []

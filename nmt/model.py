@@ -19,12 +19,16 @@ from torch import Tensor, nn
 
 from nmt import attention as attn
 from nmt import decoder as dec
+from nmt import transformer as tf
 from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
 from nmt.errors import ConfigError
 from nmt.loss import output_cross_entropy
 from nmt.tokens import EOS_ID, PAD_ID, UNK_ID
+
+Encoder = RNNEncoder | tf.TransformerEncoder
+Decoder = RNNDecoder | tf.TransformerDecoder
 
 
 def word_dropout(ids: Tensor, rate: float) -> Tensor:
@@ -42,7 +46,8 @@ def word_dropout(ids: Tensor, rate: float) -> Tensor:
 
 
 class Seq2Seq(nn.Module):
-    """Encoder, attention and decoder.
+    """Encoder, attention and decoder: any encoder with any decoder (a bi-GRU or a Transformer
+    encoder; Bahdanau's, Luong's or the Transformer's decoder).
 
     :param encoder: source encoder.
     :param decoder: decoder holding the attention module.
@@ -51,7 +56,7 @@ class Seq2Seq(nn.Module):
         words of teacher forcing; the predicted targets are never changed).
     """
 
-    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder, src_word_dropout: float, tgt_word_dropout: float) -> None:
+    def __init__(self, encoder: Encoder, decoder: Decoder, src_word_dropout: float, tgt_word_dropout: float) -> None:
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
         self.src_word_dropout, self.tgt_word_dropout = src_word_dropout, tgt_word_dropout
@@ -59,14 +64,14 @@ class Seq2Seq(nn.Module):
     @property
     def has_alignment(self) -> bool:
         """Whether its attention weights align words (False for the fixed-vector ``none``)."""
-        return self.decoder.attention.has_alignment
+        return self.decoder.has_alignment
 
-    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Memory, DecoderState]:
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Memory | tf.TransformerMemory, DecoderState]:
         """:param src: (B, S) long. :param src_lens: (B,) long (CPU).
-        :return: the attention memory and the decoder's initial state."""
+        :return: the attention memory and the decoder's initial state (a Transformer decoder's:
+            empty key and value caches)."""
         enc = self.encoder(src, src_lens)
-        memory = self.decoder.attention.prepare(enc.states, enc.mask, enc.final)
-        return memory, self.decoder.init_state(enc)
+        return self.decoder.prepare(enc), self.decoder.init_state(enc)
 
     def decode_step(self, prev: Tensor, memory: Memory, state: DecoderState) -> tuple[Tensor, DecoderState, Tensor]:
         """One output step, for search.
@@ -101,11 +106,24 @@ class Seq2Seq(nn.Module):
         """
         src, tgt_in = self._drop_words(src, tgt_in)
         memory, state = self.encode(src, src_lens)
-        features, _ = self.decoder(tgt_in, memory, state)  # (B, T, O)
+        features, _ = self.decoder(tgt_in, memory, state, need_weights=False)  # (B, T, O)
         keep = tgt_out != PAD_ID  # (B, T)
         rows = self.decoder.dropout(features[keep])  # (N, O) real tokens only
         output = self.decoder.output
         return output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
+
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
+        """Every cross-attention layer's and head's weights of a teacher-forced pass, for plotting.
+
+        :param tgt_in: (B, T) long, BOS + target.
+        :return: (B, L, h, T, S); an RNN decoder's attention is one layer with one head.
+        """
+        memory, state = self.encode(src, src_lens)
+        if isinstance(self.decoder, tf.TransformerDecoder):
+            return self.decoder.attention_maps(tgt_in, memory)
+        _, weights = self.decoder(tgt_in, memory, state)  # (B, T, S)
+        return weights[:, None, None]  # (B, 1, 1, T, S)
 
     def _drop_words(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Word dropout on both inputs, in training mode only."""
@@ -120,14 +138,20 @@ class Seq2Seq(nn.Module):
 
 # The only classes a model config may name, by role: ``_target_`` -> class.
 MODEL_CLASSES: dict[str, dict[str, type[nn.Module]]] = {
-    "encoder": {"nmt.encoder.RNNEncoder": RNNEncoder},
+    "encoder": {"nmt.encoder.RNNEncoder": RNNEncoder, "nmt.transformer.TransformerEncoder": tf.TransformerEncoder},
     "attention": {
-        f"nmt.attention.{cls.__name__}": cls
+        f"{cls.__module__}.{cls.__name__}": cls
         for cls in (attn.BahdanauAttention, attn.LuongDotAttention, attn.LuongGeneralAttention,
-                    attn.ScaledDotAttention, attn.NoAttention)
+                    attn.ScaledDotAttention, attn.NoAttention, tf.MultiHeadAttention)
     },  # fmt: skip
-    "decoder": {f"nmt.decoder.{cls.__name__}": cls for cls in (dec.BahdanauDecoder, dec.LuongDecoder)},
+    "decoder": {
+        f"{cls.__module__}.{cls.__name__}": cls for cls in (dec.BahdanauDecoder, dec.LuongDecoder, tf.TransformerDecoder)
+    },
 }
+# The Transformer decoder attends with multi-head attention, one module per layer; the RNN
+# decoders with one attention of the seed's kind.
+MULTIHEAD = "nmt.transformer.MultiHeadAttention"
+TRANSFORMER_DECODER = "nmt.transformer.TransformerDecoder"
 PLAIN = (bool, int, float, str, type(None))
 
 
@@ -193,8 +217,7 @@ def build_model(model_cfg: DictConfig | Mapping[str, Any], src_vocab_size: int, 
             raise ConfigError(f"model.{key}={value!r}: must be {'true or false' if kind is bool else 'a number'}")
         flags[key] = value
     encoder = build_component("encoder", cfg["encoder"], vocab_size=src_vocab_size, pad_id=PAD_ID)
-    attention = build_component("attention", cfg["attention"], query_dim=_size(cfg["decoder"], "hidden_dim"),
-                                memory_dim=encoder.output_dim)  # fmt: skip
+    attention = _build_attention(cfg["attention"], cfg["decoder"], encoder.output_dim)
     decoder = build_component(
         "decoder", cfg["decoder"], vocab_size=tgt_vocab_size, pad_id=PAD_ID, attention=attention,
         memory_dim=encoder.output_dim,
@@ -207,6 +230,27 @@ def build_model(model_cfg: DictConfig | Mapping[str, Any], src_vocab_size: int, 
             )
         encoder.embedding.weight = decoder.embedding.weight
     return Seq2Seq(encoder, decoder, float(flags["src_word_dropout"]), float(flags["tgt_word_dropout"]))
+
+
+def _target(node: Any) -> Any:
+    return node.get("_target_") if isinstance(node, Mapping) else None
+
+
+def _build_attention(node: Any, decoder_node: Any, memory_dim: int) -> nn.Module:
+    """``model.attention`` for the decoder: one module for an RNN decoder (its query is the
+    decoder state), one multi-head module per layer for the Transformer decoder."""
+    multihead, transformer = _target(node) == MULTIHEAD, _target(decoder_node) == TRANSFORMER_DECODER
+    if multihead != transformer:
+        raise ConfigError(
+            f"model.attention={_target(node)} cannot be used with model.decoder={_target(decoder_node)}: the Transformer "
+            "decoder attends with model/attention=multihead, and the RNN decoders with one of bahdanau, luong_dot, "
+            "luong_general, scaled_dot or none"
+        )
+    if not transformer:
+        return build_component("attention", node, query_dim=_size(decoder_node, "hidden_dim"), memory_dim=memory_dim)
+    layers, d_model = _size(decoder_node, "num_layers"), _size(decoder_node, "d_model")
+    return nn.ModuleList(build_component("attention", node, query_dim=d_model, memory_dim=memory_dim)
+                         for _ in range(layers))  # fmt: skip
 
 
 def _size(node: Any, key: str) -> int:

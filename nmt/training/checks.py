@@ -115,21 +115,29 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 # --------------------------------------------------------------------------- the groups
 
 
+# the model settings checked wherever a node has them: sizes (integers >= 1), rates in [0, 1), switches
+MODEL_SIZES = ("emb_dim", "hidden_dim", "output_dim", "attn_dim", "num_layers", "d_model", "num_heads", "ff_dim",
+               "max_positions")  # fmt: skip
+MODEL_SWITCHES = ("layer_norm", "norm_first", "bidirectional", "input_feeding", "project", "tie_embeddings")
+
+
 def _check_model(cfg: DictConfig) -> None:
-    sizes = ["model.emb_dim", "model.encoder.emb_dim", "model.encoder.hidden_dim", "model.encoder.num_layers",
-             "model.decoder.emb_dim", "model.decoder.hidden_dim", "model.decoder.output_dim"]  # fmt: skip
-    if _select(cfg, "model.attention.attn_dim") is not _ABSENT:
-        sizes.append("model.attention.attn_dim")
-    for key in sizes:
-        check_int(cfg, key, 1)
-    check_int(cfg, "model.decoder.num_layers", 1)
+    check_int(cfg, "model.emb_dim", 1)
     rates = ["model.dropout", "model.src_word_dropout", "model.tgt_word_dropout"]
-    rates += [f"model.encoder.{name}" for name in ("emb_dropout", "hidden_dropout")]
-    rates += [f"model.decoder.{name}" for name in ("emb_dropout", "hidden_dropout", "state_dropout", "output_dropout")]
+    for role in ("encoder", "attention", "decoder"):
+        node = _select(cfg, f"model.{role}")
+        keys = [str(k) for k in node] if isinstance(node, DictConfig) else []
+        for key in keys:
+            where = f"model.{role}.{key}"
+            if key in MODEL_SIZES:
+                check_int(cfg, where, 1)
+            elif key.endswith("dropout"):
+                rates.append(where)
+            elif key in MODEL_SWITCHES:
+                check_choice(cfg, where, (True, False))
     for key in rates:
         check_number(cfg, key, lambda v: 0 <= v < 1, "a probability in [0, 1)")
     check_choice(cfg, "model.tie_embeddings", (True, False))
-    check_choice(cfg, "model.decoder.layer_norm", (True, False))
     if check_choice(cfg, "model.share_embeddings", (True, False)) and not value(cfg, "data.vocab.joint"):
         raise ConfigError("model.share_embeddings=true needs one vocabulary for both languages: set data.vocab.joint=true")
 
