@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.checkpoint import load_checkpoint
 from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
-from nmt.data.hub import load_hub_splits
 from nmt.data.synthetic import gold_links
 from nmt.data.text import DataError, ParallelText, read_lines
 from nmt.ensemble import Ensemble, split_members, system_from_payloads
@@ -87,29 +86,32 @@ def default_split(data_cfg: DictConfig) -> str:
     return data_cfg.test_splits[0] if corpus_kind(data_cfg) == "multi30k" else "test"
 
 
+# The corpora whose splits a checkpoint may name: a Multi30k split is read from the user's folder
+# (or downloaded from its one address), a synthetic one regenerated from its seed. A checkpoint's
+# own files, dataset or folder are never read: a crafted file must not choose what is read.
+SPLIT_CORPORA = ("multi30k", "synthetic")
+
+
 def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) -> ParallelText:
     """Source and reference of ``split`` of the corpus a checkpoint was trained on.
 
-    :param split: a Multi30k split name, ``test``/``valid`` for synthetic and files corpora;
-        None = the first test split.
-    :param data_dir: Multi30k folder overriding ``data.dir``.
+    :param split: a Multi30k split name, ``test``/``valid`` for the synthetic task; None = the
+        first test split.
+    :param data_dir: the user's Multi30k folder; None = ``$NMT_MULTI30K_DIR``, else the download
+        cache in ``data_cfg.cache_dir``. The checkpoint's ``data.dir`` is never read.
+    :raise ConfigError: a corpus of files or of the Hub: give ``src=`` and ``ref=`` instead.
     """
-    split = split or default_split(data_cfg)
     kind = corpus_kind(data_cfg)
+    if kind not in SPLIT_CORPORA:
+        raise ConfigError(f"the checkpoint was trained on a {kind!r} corpus, whose files a checkpoint does not choose: "
+                          "give the test set as src=FILE ref=FILE")  # fmt: skip
+    split = split or default_split(data_cfg)
     if kind == "multi30k":
-        return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir or data_cfg.dir,
+        return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir,
                              data_cfg.cache_dir)[split]  # fmt: skip
     if split not in ("test", "valid"):
         raise DataError(f"split={split!r}: a {kind} corpus has the splits test and valid")
-    if kind == "hf":
-        if data_cfg.splits.get(split) is None:
-            raise DataError(f"the checkpoint's dataset has no {split} split (data.splits.{split} is null)")
-        text = load_hub_splits(data_cfg, {split: data_cfg.splits[split]})[split]
-        return text.to_text()
-    corpus = load_corpus(data_cfg)  # synthetic: regenerated from its seed; files: read
-    if split not in corpus:
-        raise DataError(f"the checkpoint's corpus has no {split} split (data.test_src is null)")
-    return corpus[split].to_text()
+    return load_corpus(data_cfg)[split].to_text()  # regenerated from its seed: no file is read
 
 
 def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:
@@ -127,16 +129,21 @@ def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelT
     """The sources and references: ``src``/``ref`` files (split None), else the checkpoints' split
     (``split``, or their first test split) and its name.
 
-    A checkpoint names its corpus, but where a split is downloaded and cached is this command's
-    ``cache_dir``: a file from elsewhere never decides where anything is written."""
+    A checkpoint names its corpus (Multi30k or synthetic, :func:`split_text`), but what is read
+    and where a split is downloaded and cached are this command's ``data_dir`` and ``cache_dir``:
+    a file from elsewhere never decides what is read or written."""
     split = None
     if (cfg.src is None) != (cfg.ref is None):
         raise ValueError("give both src=FILE and ref=FILE (or neither, with ckpt=... split=...)")
     if cfg.src is not None:
         text = ParallelText(read_lines(cfg.src), read_lines(cfg.ref), str(cfg.src), str(cfg.ref))
     elif payloads:
-        data_cfgs = [OmegaConf.create({**p["config"]["data"], "cache_dir": cfg.cache_dir, "hf_cache_dir": None})
-                     for p in payloads.values()]  # fmt: skip
+        for name, payload in payloads.items():
+            kind = corpus_kind(payload["config"]["data"])
+            if kind not in SPLIT_CORPORA:
+                raise ConfigError(f"ckpt {name} was trained on a {kind!r} corpus, whose files a checkpoint does not "
+                                  "choose: give the test set as src=FILE ref=FILE")  # fmt: skip
+        data_cfgs = [OmegaConf.create({**p["config"]["data"], "cache_dir": cfg.cache_dir}) for p in payloads.values()]
         split = cfg.split or default_split(data_cfgs[0])
         texts = [split_text(data_cfg, split, cfg.data_dir) for data_cfg in data_cfgs]
         if any(t.src != texts[0].src or t.tgt != texts[0].tgt for t in texts[1:]):
@@ -225,6 +232,7 @@ def evaluate(cfg: DictConfig) -> dict:
         if len(hyps) != len(text.src):
             raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
     decoded, searches, links = {}, {}, {}
+    files: dict[Path, str] = {}  # written with the report, once everything is computed: a failed command writes nothing
     for name, payload in payloads.items():
         log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
         try:
@@ -240,7 +248,7 @@ def evaluate(cfg: DictConfig) -> dict:
         searches[name] = asdict(settings)
         systems[name] = decoded[name].hypotheses
         hyp_files[name] = str(out_dir / "hypotheses" / f"{name}.txt")
-        write_output_text(hyp_files[name], "".join(h + "\n" for h in systems[name]))
+        files[Path(hyp_files[name])] = "".join(h + "\n" for h in systems[name])
     if not systems:
         raise ValueError("no systems: give hyps=[name:FILE,...] or ckpt=PATH")
     if cfg.alignments.gold is not None and not links:
@@ -261,10 +269,9 @@ def evaluate(cfg: DictConfig) -> dict:
                                     DIAGONAL: alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
-            pharaoh = "".join(format_links(one) + "\n" for one in system_links)
-            write_output_text(out_dir / "word_alignments" / f"{name}.txt", pharaoh)
+            files[out_dir / "word_alignments" / f"{name}.txt"] = "".join(format_links(one) + "\n" for one in system_links)
         if gold_name == SYNTHETIC_GOLD:
-            write_output_text(out_dir / "gold_alignments.txt", "".join(format_links(g.sure) + "\n" for g in gold))
+            files[out_dir / "gold_alignments.txt"] = "".join(format_links(g.sure) + "\n" for g in gold)
     title = split or Path(text.src_path).name
     other = report["other_binning"]
     figures = {
@@ -284,6 +291,8 @@ def evaluate(cfg: DictConfig) -> dict:
                    f"sentence {i} ({len(text.src[i].split())} words)") for i in picked]  # fmt: skip
         if panels:
             figures[f"alignments_{name}"] = alignment_grid_figure(panels, cfg.alignments.ncols, title=name)
+    for path, text in files.items():
+        write_output_text(path, text)
     write_outputs(report, out_dir, figures, cfg.tensorboard)
     return report
 

@@ -20,6 +20,7 @@ from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.data.corpora import load_corpus
 from nmt.data.subwords import VocabSettings, build_vocabs
 from nmt.data.synthetic import gold_links
+from nmt.errors import ConfigError, DataError
 from nmt.evaluate import evaluate, pick_sentences, split_text
 from nmt.evaluation.alignment import attention_stats, diagonal_band, diagonal_mass, row_entropy
 from nmt.evaluation.length_bins import (
@@ -504,6 +505,71 @@ def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Pat
                                              f"out_dir={tmp_path / 'bad'}"])  # fmt: skip
     with pytest.raises(ValueError, match="split='train'"):
         evaluate(bad)
+
+
+def _with_data(checkpoint: Path, out: Path, data: list[str]) -> Path:
+    """A copy of ``checkpoint`` whose config's ``data`` section is the composed ``data`` overrides."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        section = OmegaConf.to_container(compose("train", overrides=data).data, resolve=True)
+    payload = load_checkpoint(checkpoint)
+    torch.save({**payload, "config": {**payload["config"], "data": section}}, out)
+    return out
+
+
+def _evaluate(*overrides: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return evaluate(compose("evaluate", overrides=["n_bootstrap=0", "significance=none", "alignments.num=0",
+                                                       *overrides]))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["hf", "files"])
+def test_a_checkpoint_never_chooses_the_dataset_or_files_evaluate_reads(
+    synthetic_checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Without src/ref, a checkpoint of a Hub dataset would send the repository it names to
+    datasets.load_dataset (the network), and one of files would have the files it names read."""
+    secret = write(tmp_path / "secret.txt", ["a b", "c d"])
+    data = {"hf": ["data=hf", "data.path=some/repo"],
+            "files": ["data=files", *(f"data.{split}_{side}={secret}" for split in ("train", "valid", "test")
+                                      for side in ("src", "tgt"))]}[kind]  # fmt: skip
+    crafted = _with_data(synthetic_checkpoints["bahdanau"], tmp_path / "crafted.pt", data)
+    monkeypatch.setattr("datasets.load_dataset", lambda *a, **k: pytest.fail("the checkpoint chose a dataset"))
+    with pytest.raises(ConfigError, match=r"^ckpt crafted was trained on a '\w+' corpus, .*: give the test set as "
+                                          r"src=FILE ref=FILE$"):  # fmt: skip
+        _evaluate(f"ckpt=[crafted:{crafted}]", f"out_dir={tmp_path / 'out'}")
+    assert not (tmp_path / "out").exists()
+    src, ref = write(tmp_path / "s.txt", ["poto bolo"]), write(tmp_path / "r.txt", ["X Y"])
+    report = _evaluate(f"ckpt=[crafted:{crafted}]", f"src={src}", f"ref={ref}", f"out_dir={tmp_path / 'out'}")
+    assert report["src"] == str(src) and report["num_sentences"] == 1
+
+
+def test_a_multi30k_split_is_read_from_the_users_folder_never_the_checkpoints(
+    synthetic_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """The folder read is data_dir, $NMT_MULTI30K_DIR or the download cache of the command's
+    cache_dir, never the checkpoint's data.dir."""
+    theirs, mine = tmp_path / "theirs", tmp_path / "mine"
+    for folder, words in ((theirs, "x y"), (mine, "poto bolo")):
+        folder.mkdir()
+        write(folder / "test_2016_flickr.de", [words, words])
+        write(folder / "test_2016_flickr.en", ["X Y", "Z"])
+    crafted = _with_data(synthetic_checkpoints["bahdanau"], tmp_path / "m.pt", ["data=multi30k", f"data.dir={theirs}"])
+    common = [f"ckpt=[m:{crafted}]", f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}"]
+    with pytest.raises(DataError, match="cannot download Multi30k test_2016_flickr.de"):  # offline, no data_dir
+        _evaluate(*common)
+    report = _evaluate(*common, f"data_dir={mine}")
+    assert report["src"] == str(mine / "test_2016_flickr.de") and report["split"] == "test_2016_flickr"
+
+
+def test_a_failed_evaluation_writes_nothing(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """Refused after decoding (gold links, but no system attends): no hypotheses, no out_dir."""
+    src, ref = write(tmp_path / "s.txt", ["poto bolo"]), write(tmp_path / "r.txt", ["X Y"])
+    gold = write(tmp_path / "gold.txt", ["0-0"])
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="no checkpoint system attends"):
+        _evaluate(f"ckpt=[a:{synthetic_checkpoints['none']}]", f"src={src}", f"ref={ref}", f"alignments.gold={gold}",
+                  f"out_dir={out}")  # fmt: skip
+    assert not out.exists()
 
 
 def test_ties_are_never_called_significant_and_short_bins_are_flagged() -> None:
