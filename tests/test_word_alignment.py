@@ -37,6 +37,18 @@ def test_every_subword_maps_to_the_word_it_spells(tiny_vocab, toy_corpus) -> Non
             assert spelled == token
 
 
+@pytest.mark.parametrize("space", ["\u00a0", "\u202f", "\u3000"], ids=["no-break", "narrow-no-break", "ideographic"])
+def test_a_unicode_space_separates_words_as_str_split_does(tiny_vocab, space: str) -> None:
+    """A subword after a no-break or ideographic space belongs to the word it spells, not to the
+    last word of the sentence."""
+    text = f"ana{space}bel cor{space}{space}dun eki"
+    ids, words = piece_words(tiny_vocab.sp, text)
+    tokens = text.split()
+    assert len(tokens) == 5 and words == sorted(words) and set(words) == set(range(5))
+    for k, token in enumerate(tokens):
+        assert tiny_vocab.sp.decode([i for i, w in zip(ids, words) if w == k]) == token
+
+
 def test_word_offsets_are_byte_spans() -> None:
     assert word_offsets(" für  a") == [(1, 5), (7, 8)]
 
@@ -115,6 +127,13 @@ def test_gold_files_in_both_formats(tmp_path) -> None:
         read_gold(bad)
     with pytest.raises(ValueError, match="index 0, but the links are 1-based"):
         parse_pharaoh("0-1", one_based=True)
+
+
+def test_naacl_links_to_the_null_word_are_dropped(tmp_path) -> None:
+    """Word 0 is NULL in the NAACL format: ``1 0 3 S`` says target word 3 is aligned to nothing."""
+    naacl = tmp_path / "gold.naacl"
+    naacl.write_text("1 0 3 S\n1 1 1 S\n1 2 0 P\n2 0 1\n", encoding="utf-8")
+    assert [(g.sure, g.possible) for g in read_gold(naacl, num_pairs=2)] == [({(0, 0)}, {(0, 0)}), (set(), set())]
 
 
 def test_pharaoh_output_and_the_diagonal() -> None:

@@ -49,6 +49,13 @@ def word_offsets(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def whitespace_bytes(text: str) -> bytes:
+    """For each UTF-8 byte of ``text``, 1 if it belongs to a whitespace character, else 0.
+    Whitespace is what ``str.split`` splits words on (``str.isspace``): Unicode's, so a no-break
+    space (U+00A0, U+202F) or an ideographic space (U+3000) separates words as a space does."""
+    return b"".join((b"\x01" if char.isspace() else b"\x00") * len(char.encode("utf-8")) for char in text)
+
+
 def piece_words(sp, text: str) -> tuple[list[int], list[int]]:
     """Subword ids of ``text`` and, for each, the index of the whitespace word it belongs to.
 
@@ -58,11 +65,11 @@ def piece_words(sp, text: str) -> tuple[list[int], list[int]]:
     """
     proto = sp.encode(text, return_type="proto")
     spans = word_offsets(text)
-    data = text.encode("utf-8")
+    space = whitespace_bytes(text)
     ids, words, pending = [], [], []
     for piece in proto.pieces:
         begin = piece.begin
-        while begin < piece.end and data[begin : begin + 1].isspace():
+        while begin < piece.end and space[begin]:
             begin += 1
         ids.append(piece.id)
         if begin >= piece.end:  # whitespace only: it joins the next word
@@ -184,8 +191,8 @@ def parse_pharaoh(line: str, one_based: bool = False, where: str = "") -> GoldAl
 
 def read_gold(path: str | Path, num_pairs: int | None = None, one_based: bool = False) -> list[GoldAlignment]:
     """Gold alignments from a file: Pharaoh (one line a pair, ``i-j`` / ``ipj``), or the NAACL
-    2003 format (``pair i j [S|P] [confidence]`` a line, pairs and words 1-based), told apart by
-    their first line.
+    2003 format (``pair i j [S|P] [confidence]`` a line, pairs and words 1-based; word 0 is NULL,
+    and a link to NULL is dropped), told apart by their first line.
 
     :param num_pairs: the number of sentence pairs (NAACL lists only pairs with links).
     :raise ValueError: a malformed line, naming the file and line.
@@ -211,6 +218,8 @@ def _read_naacl(lines: list[str], path: Path, num_pairs: int | None) -> list[Gol
             raise ValueError(f"{path}, line {n}: expected 'pair i j [S|P] [confidence]', got {line[:60]!r}")
         pair, link = int(parts[0]), (int(parts[1]) - 1, int(parts[2]) - 1)
         gold = pairs.setdefault(pair, GoldAlignment(set(), set()))
+        if min(link) < 0:  # word 0 is NULL: a word aligned to nothing, which is no link
+            continue
         gold.possible.add(link)
         if len(parts) == 3 or parts[3] == "S":
             gold.sure.add(link)
