@@ -19,7 +19,8 @@ The HTTP interface, for scripts as well as the page:
                                             "tgt_tokens", "attention": [[weight]] (T x S) or null, "note"}]}
 
 Every refusal is ``{"error": "<one line>"}`` with a status: 400 for a bad request (not JSON, nested
-too deeply, text that is not valid Unicode, n_best over beam_size...) or a missing ``Host`` header,
+too deeply, text that is not valid Unicode, n_best over beam_size, a ``Content-Length`` that is not
+one number in digits 0-9...) or a missing ``Host`` header,
 403 when ``Host`` names anything but this server (``127.0.0.1:PORT``, ``[::1]:PORT`` or
 ``localhost:PORT``: a DNS-rebinding page reaches us under its own name) or ``Origin`` is another site,
 404 for an unknown path, 411 without a Content-Length, 413 for a body over 64 KiB, 415 for a POST
@@ -191,6 +192,27 @@ class Explorer:
                 "src_tokens": r.src_tokens, "tgt_tokens": r.tgt_tokens, "attention": attention, "note": note}  # fmt: skip
 
 
+def body_length(values: list[str]) -> int:
+    """The body's size from the request's ``Content-Length`` headers.
+
+    :raise RequestError: 411 without one; 400 for more than one, or one that is not ASCII digits
+        (``²`` is a digit to ``str.isdigit``, not to ``int``); 413 over :data:`MAX_BODY_BYTES`,
+        however many digits it has (``int`` refuses over 4,300).
+    """
+    if not values:
+        raise RequestError("send the request as JSON with a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+    length = values[0].strip()
+    if len(values) > 1 or not (length.isascii() and length.isdigit()):
+        shown = brief(values[0]) if len(values) == 1 else f"{len(values)} times"
+        raise RequestError(f"Content-Length {shown} is not a byte count; send one, in digits 0-9")
+    digits = length.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_BODY_BYTES)) or int(digits) > MAX_BODY_BYTES:
+        shown = f"{int(digits):,}" if len(digits) <= 20 else f"a {len(digits):,}-digit number of"
+        raise RequestError(f"the request has {shown} bytes; at most {MAX_BODY_BYTES:,} are read",
+                           HTTPStatus.REQUEST_ENTITY_TOO_LARGE)  # fmt: skip
+    return int(digits)
+
+
 def page() -> bytes:
     """The explorer's HTML page (one file, no external resources)."""
     return resources.files("nmt").joinpath("static", "explorer.html").read_bytes()
@@ -289,22 +311,20 @@ def _handler(explorer: Explorer, idle_timeout: float) -> type[BaseHTTPRequestHan
             if media_type != "application/json":
                 raise RequestError(f"send Content-Type: application/json, not {brief(media_type or None)}",
                                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE)  # fmt: skip
-            length = self.headers.get("Content-Length", "")
-            if not length.isdigit():
-                raise RequestError("send the request as JSON with a Content-Length", HTTPStatus.LENGTH_REQUIRED)
-            if int(length) > MAX_BODY_BYTES:
-                raise RequestError(f"the request has {int(length):,} bytes; at most {MAX_BODY_BYTES:,} are read",
-                                   HTTPStatus.REQUEST_ENTITY_TOO_LARGE)  # fmt: skip
-            raw = self.rfile.read(int(length))
+            raw = self.rfile.read(body_length(self.headers.get_all("Content-Length") or []))
             self.body_read = True
             return self._encoded(HTTPStatus.OK, explorer.translate(parse_body(raw)))
 
         def _drain(self) -> None:
             """Read a refused request's body (when small), so that closing the socket with unread data
             does not reset the connection before the client reads the error."""
-            length = self.headers.get("Content-Length", "")
-            if not self.body_read and length.isdigit() and int(length) <= MAX_BODY_BYTES:
-                self.rfile.read(int(length))
+            if self.body_read:
+                return
+            try:
+                length = body_length(self.headers.get_all("Content-Length") or [])
+            except RequestError:
+                return  # none, malformed or too long: nothing is read
+            self.rfile.read(length)
 
         def _json(self, status: HTTPStatus, obj: dict) -> None:
             self._send(*self._encoded(status, obj))

@@ -194,6 +194,36 @@ def test_a_json_post_is_translated(server: ExplorerServer, content_type: str) ->
     assert reply.status == 200 and json.loads(reply.body)["source"] == "ana bel cor"
 
 
+@pytest.mark.parametrize(
+    "length, status",
+    [("\u00b2", 400), ("0x10", 400), ("1e3", 400), ("-5", 400), ("", 400), ("1" * 5000, 413), ("9" * 20, 413),
+     ("65537", 413)],
+    ids=["superscript-two", "hexadecimal", "exponent", "negative", "empty", "5000-digits", "20-digits", "over"],
+)  # fmt: skip
+def test_a_malformed_or_oversize_content_length_gets_400_or_413(server: ExplorerServer, length: str,
+                                                                 status: int) -> None:  # fmt: skip
+    """``str.isdigit`` takes "²" for a digit and ``int`` refuses it, as it refuses 5,000 digits:
+    either gave a 500. No body is sent: the server reads none of a refused request's."""
+    port = server.server_address[1]
+    reply = post(port, b"", **{"Content-Length": length})
+    assert reply.status == status, reply
+    message = reply.error()
+    assert ("is not a byte count" in message) if status == 400 else message.endswith("at most 65,536 are read")
+    assert post(port, TRANSLATE).status == 200  # and the server keeps serving
+
+
+def test_a_missing_or_repeated_content_length_is_refused(server: ExplorerServer) -> None:
+    port = server.server_address[1]
+    reply = post(port, b"", **{"Content-Length": None})
+    assert reply.status == 411 and "with a Content-Length" in reply.error()
+    head = f"POST /api/translate HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    with _connect(port) as sock:
+        sock.sendall(f"{head}Content-Length: {len(TRANSLATE)}\r\nContent-Length: 5\r\n\r\n".encode() + TRANSLATE)
+        assert _read_all(sock).startswith(b"HTTP/1.0 400 ")
+    zeros = "0" * 5000 + str(len(TRANSLATE))  # leading zeros: still the body's length
+    assert post(port, TRANSLATE, **{"Content-Length": zeros}).status == 200
+
+
 # --------------------------------------------------------------------------- connections
 
 
