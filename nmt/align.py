@@ -7,7 +7,8 @@ Pharaoh format, one line a pair (``i-j``: source word i, target word j, 0-based,
 whitespace tokens of the lines as given), or as soft weights (``format=soft``). Without ``tgt``
 the sources are first translated with the checkpoint's decoding, and each line is
 ``translation ||| links`` (as Marian and fairseq append alignments). With ``reverse_ckpt`` (a
-target->source model) the two directions' links are combined (``symmetrize``). With ``gold`` the
+target->source model: its languages are ``ckpt``'s, swapped) the two directions' links are
+combined (``symmetrize``). With ``gold`` the
 alignment error rate, precision and recall of every extraction method are reported, next to the
 diagonal baseline.
 """
@@ -20,6 +21,7 @@ import logging
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.checkpoint import direction
 from nmt.configs import command
 from nmt.data.text import BAD_UTF8, DataError, read_input
 from nmt.ensemble import load_system, split_members
@@ -29,6 +31,7 @@ from nmt.evaluation.word_alignment import (
     SYMMETRIZATIONS,
     Link,
     alignment_error_rate,
+    choose_attention,
     diagonal_links,
     format_links,
     hard_links,
@@ -101,18 +104,22 @@ def align(cfg: DictConfig) -> dict:
     model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule, cfg.precision)
     if not model.has_alignment:
         raise ConfigError(f"ckpt={cfg.ckpt}: this model has no attention (model.attention=none); nothing to align")
+    choose_attention(model, cfg.align.layer, cfg.align.heads)
+    if cfg.reverse_ckpt is not None:
+        reverse, rev_src, rev_tgt, rev_config = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule, cfg.precision)
+        check_reverse(cfg, config, rev_config)
+        choose_attention(reverse, cfg.align.layer, cfg.align.heads)
     translated = targets is None
     if translated:
         settings = SearchSettings(**config.train.search)
         translations = translate_lines(model, src_vocab, sources, settings, cfg.batch_size, "sentences", device,
                                        int(config.data.max_len))  # fmt: skip
         targets = [tgt_vocab.decode(t.hypotheses[0].tokens) if t.hypotheses else "" for t in translations]
-    forward = word_attention(model, src_vocab, tgt_vocab, sources, targets, cfg.batch_size, device)
+    forward = word_attention(model, src_vocab, tgt_vocab, sources, targets, cfg.batch_size, device, cfg.align.shift)
     methods: dict[str, list[set[Link]]] = {"forward": [hard_links(m, cfg.method, cfg.threshold) for m in forward]}
     links = methods["forward"]
     if cfg.reverse_ckpt is not None:
-        reverse, rev_src, rev_tgt, _ = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule, cfg.precision)
-        backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device)
+        backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device, cfg.align.shift)
         methods["backward"] = [{(i, j) for j, i in hard_links(m, cfg.method, cfg.threshold)} for m in backward]
         for name in SYMMETRIZATIONS:
             methods[name] = [symmetrize(f, b, name) for f, b in zip(methods["forward"], methods["backward"])]
@@ -128,6 +135,19 @@ def align(cfg: DictConfig) -> dict:
     log.info("aligned %d sentence pairs (%s%s)", len(sources), cfg.method,
              f", symmetrized by {cfg.symmetrize}" if cfg.reverse_ckpt else "")  # fmt: skip
     return _report(cfg, methods, gold, sources, targets) if gold is not None else {}
+
+
+def check_reverse(cfg: DictConfig, config: DictConfig, rev_config: DictConfig) -> None:
+    """``reverse_ckpt`` translates tgt->src of ``ckpt``'s src->tgt (the checkpoints' ``data``
+    languages), or its links would be of another language pair.
+
+    :raise ConfigError: naming both checkpoints and their directions.
+    """
+    forward, backward = direction(config), direction(rev_config)
+    wanted = f"{config.data.tgt_lang}->{config.data.src_lang}"
+    if backward != wanted:
+        raise ConfigError(f"reverse_ckpt={cfg.reverse_ckpt} translates {backward}, but ckpt={cfg.ckpt} translates "
+                          f"{forward}: the reverse model must translate {wanted}")  # fmt: skip
 
 
 def _report(cfg: DictConfig, methods: dict[str, list[set[Link]]], gold: list, sources: list[str],

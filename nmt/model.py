@@ -112,6 +112,20 @@ class Seq2Seq(nn.Module):
         output = self.decoder.output
         return output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
 
+    def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
+        """Choose the cross-attention layer and heads that a Transformer decoder shows as its
+        attention (:meth:`nmt.transformer.TransformerDecoder.set_alignment`); None, None keeps the
+        default. An RNN decoder has one attention: it takes only None, None.
+
+        :raise ValueError: a layer or head that does not exist, or a choice for an RNN decoder.
+        """
+        if isinstance(self.decoder, tf.TransformerDecoder):
+            self.decoder.set_alignment(layer, heads)
+        elif layer is not None or heads is not None:
+            raise ValueError(f"align.layer and align.heads choose among a Transformer decoder's cross-attention "
+                             f"layers and heads; this model's decoder is {type(self.decoder).__name__}, with one "
+                             "attention")  # fmt: skip
+
     @torch.no_grad()
     def attention_maps(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
         """Every cross-attention layer's and head's weights of a teacher-forced pass, for plotting.
@@ -204,6 +218,9 @@ def build_model(model_cfg: DictConfig | Mapping[str, Any], src_vocab_size: int, 
     :param model_cfg: the ``model`` node (a DictConfig is resolved first; a dict is used as it is).
     :raise ConfigError: one line naming the key, for any setting that cannot build a model.
     """
+    if isinstance(model_cfg, DictConfig):  # before resolving: the other kind's keys may not resolve
+        targets = (OmegaConf.select(model_cfg, f"{role}._target_") for role in ("attention", "decoder"))
+        check_attention_fits(*targets)
     cfg = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else model_cfg
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"model: must be a mapping, got {type(cfg).__name__}")
@@ -236,17 +253,25 @@ def _target(node: Any) -> Any:
     return node.get("_target_") if isinstance(node, Mapping) else None
 
 
-def _build_attention(node: Any, decoder_node: Any, memory_dim: int) -> nn.Module:
-    """``model.attention`` for the decoder: one module for an RNN decoder (its query is the
-    decoder state), one multi-head module per layer for the Transformer decoder."""
-    multihead, transformer = _target(node) == MULTIHEAD, _target(decoder_node) == TRANSFORMER_DECODER
-    if multihead != transformer:
+def check_attention_fits(attention_target: Any, decoder_target: Any) -> None:
+    """Refuse multi-head attention with an RNN decoder and an RNN attention with the Transformer
+    decoder, in one line naming both keys.
+
+    :raise ConfigError: for a pair that cannot be built.
+    """
+    if (attention_target == MULTIHEAD) != (decoder_target == TRANSFORMER_DECODER):
         raise ConfigError(
-            f"model.attention={_target(node)} cannot be used with model.decoder={_target(decoder_node)}: the Transformer "
+            f"model.attention={attention_target} cannot be used with model.decoder={decoder_target}: the Transformer "
             "decoder attends with model/attention=multihead, and the RNN decoders with one of bahdanau, luong_dot, "
             "luong_general, scaled_dot or none"
         )
-    if not transformer:
+
+
+def _build_attention(node: Any, decoder_node: Any, memory_dim: int) -> nn.Module:
+    """``model.attention`` for the decoder: one module for an RNN decoder (its query is the
+    decoder state), one multi-head module per layer for the Transformer decoder."""
+    check_attention_fits(_target(node), _target(decoder_node))
+    if _target(decoder_node) != TRANSFORMER_DECODER:
         return build_component("attention", node, query_dim=_size(decoder_node, "hidden_dim"), memory_dim=memory_dim)
     layers, d_model = _size(decoder_node, "num_layers"), _size(decoder_node, "d_model")
     return nn.ModuleList(build_component("attention", node, query_dim=d_model, memory_dim=memory_dim)

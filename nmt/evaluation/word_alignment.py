@@ -5,6 +5,11 @@ original, whitespace-tokenized sentences. The steps:
 
 1. :func:`piece_words`: which whitespace word each subword belongs to (from sentencepiece's
    offsets into the text, so any normalisation is accounted for).
+   Which attention: an RNN decoder has one; a Transformer decoder has one per layer and head, and
+   shows the chosen layer's chosen heads, averaged (:func:`choose_attention`; by default the
+   penultimate layer and all heads). With ``shift`` a target subword's row is the attention of the
+   step at which that subword is the decoder's *input*, one step later than the step that emitted
+   it (Chen et al. 2020, "Shift-Att"): the attention that emits y_t is computed before y_t is known.
 2. :func:`word_weights`: the (T, S) subword attention as a (target words x source words) matrix:
    a target word's row is the mean of its subwords' rows, a source word's column the sum of its
    subwords' columns (the attention mass the word received); the ``</s>`` row and column are
@@ -30,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nmt.errors import ConfigError
 from nmt.search import Decodable, score_ids
 from nmt.vocab import Vocab
 
@@ -279,17 +285,38 @@ def encode_words(vocab: Vocab, texts: Sequence[str]) -> tuple[list[list[int]], l
     return [ids for ids, _ in encoded], [words for _, words in encoded]
 
 
+def choose_attention(model: Decodable, layer: int | None, heads: Sequence[int] | None) -> None:
+    """Make ``model`` (a model or an ensemble) show the cross-attention of Transformer decoder layer
+    ``layer`` averaged over ``heads`` (None: the default layer, all heads).
+
+    :raise ConfigError: naming ``align.layer`` or ``align.heads``, for a choice the model does not have.
+    """
+    try:
+        model.set_alignment(layer, None if heads is None else [int(h) for h in heads])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def shifted(weights: np.ndarray) -> np.ndarray:
+    """Shift-Att: (T, S) attention of the steps emitting subwords 0..T-2 and ``</s>`` -> (T - 1, S),
+    row t the attention of the step whose *input* is subword t (the step after it was emitted).
+    The ``</s>`` row has no later step and is left out (it is never a word)."""
+    return weights[1:]
+
+
 def word_attention(
     model: Decodable, src_vocab: Vocab, tgt_vocab: Vocab, sources: Sequence[str], targets: Sequence[str],
-    batch_size: int, device: torch.device,
+    batch_size: int, device: torch.device, shift: bool = False,
 ) -> list[np.ndarray]:  # fmt: skip
     """Force-decode each (source, target) pair and return its (target words, source words)
     attention (:func:`word_weights`), in input order. Words are the whitespace tokens of the
-    texts as given; a pair with an empty side gives an empty matrix."""
+    texts as given; a pair with an empty side gives an empty matrix. With ``shift``, each target
+    subword's attention is read one step later (:func:`shifted`)."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets: one target a source")
     src_ids, src_words = encode_words(src_vocab, sources)
     tgt_ids, tgt_words = encode_words(tgt_vocab, targets)
     scored = score_ids(model, src_ids, tgt_ids, batch_size, device, return_attention=True)
-    return [word_weights(one.attention.numpy(), src_words[i], tgt_words[i]) if src_ids[i] and tgt_ids[i]
+    read = shifted if shift else (lambda weights: weights)
+    return [word_weights(read(one.attention.numpy()), src_words[i], tgt_words[i]) if src_ids[i] and tgt_ids[i]
             else np.zeros((0, 0)) for i, one in enumerate(scored)]  # fmt: skip

@@ -34,9 +34,10 @@ from nmt.errors import CheckpointError
 from nmt.evaluation.metrics import corpus_scores, perplexity, teacher_forced_nll, translate_data
 from nmt.files import atomic_write_text
 from nmt.model import Seq2Seq
-from nmt.plotting import attention_figure
+from nmt.plotting import alignment_grid_figure, attention_figure
 from nmt.runtime import provenance
 from nmt.search import SearchSettings, greedy_search
+from nmt.tokens import BOS_ID
 from nmt.training.checks import flatten
 from nmt.training.distributed import Dist
 from nmt.training.ema import WeightAverage
@@ -442,6 +443,16 @@ def _log_heatmaps(model, valid: PairData, data: Splits, settings, count: int, wr
         tgt_labels = data.tgt_vocab.pieces(hyp.tokens) + ["</s>"]
         fig = attention_figure(hyp.attention.numpy(), src_labels, tgt_labels, title=f"valid {i}, update {step}")
         writer.add_figure(f"attention/valid_{i}", fig, step)  # closes the figure
+        tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)  # (1, T): the output, teacher-forced
+        maps = model.attention_maps(batch.src, batch.src_lens, tgt_in)[0].float().cpu().numpy()  # (L, h, T, S)
+        if maps.shape[0] * maps.shape[1] > 1:  # every layer's heads and their average, a row per layer
+            panels = [(layer_maps[h], src_labels, tgt_labels, f"layer {layer + 1}, head {h + 1}")
+                      for layer, layer_maps in enumerate(maps) for h in range(maps.shape[1])]  # fmt: skip
+            for layer in range(maps.shape[0]):
+                panels.insert((layer + 1) * (maps.shape[1] + 1) - 1,
+                              (maps[layer].mean(0), src_labels, tgt_labels, f"layer {layer + 1}, average"))  # fmt: skip
+            grid = alignment_grid_figure(panels, ncols=maps.shape[1] + 1, title=f"cross-attention, valid {i}, update {step}")
+            writer.add_figure(f"cross_attention/valid_{i}", grid, step)
 
 
 def _final_evaluation(model: Seq2Seq, data: Splits, settings, cfg, run_dir: Path, progress: Progress,
