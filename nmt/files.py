@@ -4,12 +4,19 @@ rename), so that no file is ever half written under its final name. What a user 
 :func:`check_output` checked the path before any work, so that nothing the user had is lost:
 
 - A regular file (or a new one) is replaced atomically (:func:`atomic_write`), keeping
-  its permission bits; a read-only one is refused.
+  its permission bits; one that is read-only (no write bit) or that this user may not write
+  (``os.access``: another user's file) is refused, and so is a new file in a folder this user
+  may not write in.
 - A symbolic link is written through: the file it points to gets the new content, the link stays.
 - Anything else (a FIFO, a terminal, ``/dev/stdout``, ``/dev/null``, a process substitution) is
   written directly: there is no file to replace, and replacing the name would break the device.
 - An output that is a folder, that is one of the command's inputs, or whose parent cannot be made
   is refused by :func:`check_output` with one line naming the key and what to do.
+
+Figures, and the files of a folder that holds many (``attention_dir``), are written with
+:func:`atomic_write_bytes` under their own names: a symbolic link found there is replaced by the
+new file, never written through, so that a link planted in a shared folder cannot send the write
+elsewhere. Two commands writing the same file each use a temporary file of their own.
 """
 
 from __future__ import annotations
@@ -97,7 +104,8 @@ def check_output(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) 
 
     :param key: the config key or option that named it (``output``, ``--output``), for the message.
     :param inputs: the command's input files; the output must be none of them.
-    :raise ConfigError: a folder, one of ``inputs``, a read-only file, or a parent that is a file.
+    :raise ConfigError: a folder, one of ``inputs``, a file this user may not write, or a parent
+        that is a file or a folder this user may not write in.
     """
     path = Path(path)
     for source in inputs:
@@ -109,9 +117,21 @@ def check_output(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) 
             raise ConfigError(f"{key}={path} is a folder; give a file path")
         return
     found = _stat(path)
-    if found is not None and not found.st_mode & 0o222:
-        raise ConfigError(f"{key}={path} is read-only; make it writable (chmod u+w) or choose another file")
+    if found is not None:
+        _check_writable(path, found, f"{key}={path}")
     _check_parent(Path(os.path.realpath(path)).parent, key, path)
+
+
+def _check_writable(path: Path, found: os.stat_result, named: str) -> None:
+    """Refuse an existing file that is read-only, or that this user may not write (the mode bits
+    alone do not say: a 0644 file of another user has a write bit, but not for us).
+
+    :param named: the file as the message names it (``output=PATH``).
+    """
+    if not found.st_mode & 0o222:
+        raise ConfigError(f"{named} is read-only; make it writable (chmod u+w) or choose another file")
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{named}: no permission to write it; choose another file")
 
 
 def check_output_dir(path: str | Path, key: str) -> None:
@@ -145,8 +165,8 @@ def write_output(path: str | Path, data: bytes) -> None:
         return
     target = Path(os.path.realpath(path))  # through a symbolic link to the file it names
     found = _stat(target)
-    if found is not None and not found.st_mode & 0o222:  # made read-only since the check
-        raise ConfigError(f"{path} is read-only; make it writable (chmod u+w) or choose another file")
+    if found is not None:  # made read-only since the check?
+        _check_writable(target, found, str(path))
     atomic_write_bytes(target, data, mode=None if found is None else stat.S_IMODE(found.st_mode))
 
 

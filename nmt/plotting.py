@@ -3,13 +3,13 @@ sentence length with confidence intervals. Nothing here imports torch or the mod
 
 Figures are plain ``matplotlib.figure.Figure`` objects, not pyplot's: importing this module
 changes no backend or global state (a notebook keeps its inline plots, and shows a returned figure
-as it shows any), and saving draws through the Agg canvas whatever the backend.
+as it shows any), and :func:`figure_png` draws through the Agg canvas whatever the backend.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -135,10 +135,9 @@ def bleu_by_length_figure(
     return fig
 
 
-def save_figure(fig: Figure, path: str | Path) -> None:
-    """Save as PNG through a temporary name (the figure is left as it is)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+def figure_png(fig: Figure, dpi: int = 110) -> bytes:
+    """The figure as PNG bytes (the figure is left as it is). No file is written here: the caller
+    writes the bytes as it writes any file (:func:`nmt.files.atomic_write_bytes`)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()

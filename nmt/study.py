@@ -60,8 +60,8 @@ from nmt.configs import CONFIG_DIR
 from nmt.data.corpora import MULTI30K_SPLITS
 from nmt.evaluation.report import format_report
 from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, alignment_table, overall_table
-from nmt.files import atomic_write_text, check_output_dir
-from nmt.plotting import save_figure
+from nmt.files import atomic_write_bytes, atomic_write_text, check_output_dir
+from nmt.plotting import figure_png
 from nmt.training.checks import INCIDENTAL, flatten
 from nmt.training.runlog import read_run, status_table, training_row, training_table
 
@@ -345,7 +345,7 @@ def report(plan: Plan, argv: list[str]) -> None:
         result = aggregate(reports, args.models[0])
         atomic_write_text(out / split / "eval.json", json.dumps(result, indent=2) + "\n")
         for bin_by, name in (("source", "bleu_by_length"), ("reference", "bleu_by_reference_length")):
-            save_figure(aggregate_figure(result, bin_by, split), out / split / f"{name}.png")
+            atomic_write_bytes(out / split / f"{name}.png", figure_png(aggregate_figure(result, bin_by, split)))
         over_seeds = [f"## {split}", "",
                       f"Corpus BLEU per bin, mean ± sd over seeds ({', '.join(map(str, args.seeds))}); (k/n): the "
                       f"difference to {args.models[0]} is significant in k of n seeds (paired bootstrap, Holm-adjusted "

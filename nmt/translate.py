@@ -32,8 +32,8 @@ from nmt.data.text import BAD_UTF8, DataError, decode_lines, read_input
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import format_links, hard_links, word_attention
-from nmt.files import atomic_write_text, check_output, check_output_dir, write_command_output
-from nmt.plotting import attention_figure, save_figure
+from nmt.files import atomic_write_bytes, atomic_write_text, check_output, check_output_dir, write_command_output
+from nmt.plotting import attention_figure, figure_png
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SamplingSettings, SearchSettings
 from nmt.translator import Translation, translate_lines
@@ -89,6 +89,8 @@ def write_attention(
     """For each non-empty sentence ``i`` (0-based), ``{i:06d}.png`` (heatmap of the best hypothesis)
     and ``{i:06d}.json``: ``source`` (S subwords, ``</s>`` included), ``target`` (T subwords, ``</s>``
     included) and ``weights``, a T x S list (row t: attention over the source when emitting target t).
+    Each is written atomically under its name (:func:`nmt.files.atomic_write`): a symbolic link
+    found there, in a folder others may write in too, is replaced, never written through.
 
     :return: the number of sentences written.
     """
@@ -105,8 +107,8 @@ def write_attention(
         record = {"index": index, "score": best.score, "source": src_labels, "target": tgt_labels,
                   "shape": list(weights.shape), "weights": np.round(weights.astype(np.float64), 6).tolist()}  # fmt: skip
         atomic_write_text(folder / f"{index:06d}.json", json.dumps(record, ensure_ascii=False) + "\n")
-        save_figure(attention_figure(weights, src_labels, tgt_labels, title=f"sentence {index}"),
-                    folder / f"{index:06d}.png")  # fmt: skip
+        figure = attention_figure(weights, src_labels, tgt_labels, title=f"sentence {index}")
+        atomic_write_bytes(folder / f"{index:06d}.png", figure_png(figure))
         written += 1
     return written
 

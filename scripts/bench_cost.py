@@ -56,9 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"by_batch_tokens": by_batch, "by_sentence_length": by_length}
     print(json.dumps(report))
     if args.plot:
-        from nmt.plotting import save_figure
+        from nmt.files import atomic_write_bytes
+        from nmt.plotting import figure_png
 
-        save_figure(cost_figure(by_batch, by_length), args.plot)
+        atomic_write_bytes(args.plot, figure_png(cost_figure(by_batch, by_length)))
     return report
 
 

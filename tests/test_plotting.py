@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
-from nmt.plotting import alignment_grid_figure, attention_figure, bleu_by_length_figure, save_figure
+from nmt.plotting import alignment_grid_figure, attention_figure, bleu_by_length_figure, figure_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -27,20 +27,18 @@ def test_plotting_imports_neither_torch_nor_the_model() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_attention_figure_labels_match_the_weights(tmp_path: Path) -> None:
+def test_attention_figure_labels_match_the_weights() -> None:
     fig = attention_figure(alignment(3, 4), ["a", "b", "c", "</s>"], ["X", "Y", "</s>"], title="t")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c", "</s>"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["X", "Y", "</s>"]
-    save_figure(fig, tmp_path / "sub" / "one.png")
-    assert (tmp_path / "sub" / "one.png").read_bytes()[:8] == PNG_MAGIC
-    assert not list((tmp_path / "sub").glob(".*"))  # no temporary file left
+    assert figure_png(fig)[:8] == PNG_MAGIC
     with pytest.raises(ValueError, match="do not match"):
         attention_figure(alignment(3, 4), ["a", "b"], ["X", "Y", "</s>"])
 
 
 @pytest.mark.parametrize("count, ncols, shape", [(1, 3, (1, 1)), (4, 3, (2, 3)), (6, 3, (2, 3)), (5, 2, (3, 2))])
-def test_alignment_grid_has_one_panel_per_alignment(count: int, ncols: int, shape, tmp_path: Path) -> None:
+def test_alignment_grid_has_one_panel_per_alignment(count: int, ncols: int, shape) -> None:
     panels = []
     for i in range(count):
         num_tgt, num_src = 3 + i, 5 + 2 * i
@@ -53,8 +51,7 @@ def test_alignment_grid_has_one_panel_per_alignment(count: int, ncols: int, shap
     for ax, (weights, *_) in zip(visible, panels):
         assert ax.images[0].get_array().shape == weights.shape
     assert fig._suptitle.get_text() == "bahdanau"
-    save_figure(fig, tmp_path / "grid.png")
-    assert (tmp_path / "grid.png").read_bytes()[:8] == PNG_MAGIC
+    assert figure_png(fig)[:8] == PNG_MAGIC
 
 
 def test_alignment_grid_of_long_sentences_stays_a_sensible_size() -> None:
@@ -65,7 +62,7 @@ def test_alignment_grid_of_long_sentences_stays_a_sensible_size() -> None:
         alignment_grid_figure([])
 
 
-def test_bleu_by_length_figure_draws_every_system_with_intervals(tmp_path: Path) -> None:
+def test_bleu_by_length_figure_draws_every_system_with_intervals() -> None:
     labels, counts = ["<10", "10-14", "15-19", "20-24", "25+"], [179, 500, 255, 64, 2]
     nan = float("nan")
     systems = {
@@ -85,8 +82,7 @@ def test_bleu_by_length_figure_draws_every_system_with_intervals(tmp_path: Path)
     assert [tuple(line.get_xdata()) for line in hollow] == [(4 - 0.12,), (4 + 0.12,)]  # the 25+ bin
     # hollow markers keep their system's colour, and systems keep distinct colours
     assert len({line.get_color() for line in ax.get_lines()}) == 2
-    save_figure(fig, tmp_path / "bleu.png")
-    assert (tmp_path / "bleu.png").read_bytes()[:8] == PNG_MAGIC
+    assert figure_png(fig)[:8] == PNG_MAGIC
 
 
 def test_bleu_by_length_figure_draws_bands_over_seeds() -> None:
@@ -131,11 +127,10 @@ def test_importing_nmt_changes_no_process_wide_state(tmp_path: Path) -> None:
     assert proc.stdout.split() == ["svg", oct(0o600)]
 
 
-def test_figures_render_without_pyplot(tmp_path: Path) -> None:
+def test_figures_render_without_pyplot() -> None:
     fig = attention_figure(np.eye(3), ["a", "b", "</s>"], ["x", "y", "</s>"], title="t")
     assert not plt_figures(), "no figure is registered with pyplot"
-    save_figure(fig, tmp_path / "a.png")
-    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert figure_png(fig)[:8] == PNG_MAGIC
 
 
 def plt_figures() -> list[int]:

@@ -27,7 +27,7 @@ from nmt.data.text import DataError, decode_lines
 from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.search import SearchSettings
-from nmt.translate import format_translations, read_input, translate
+from nmt.translate import format_translations, read_input, translate, write_attention
 from nmt.translator import translate_lines
 
 CPU = torch.device("cpu")
@@ -156,6 +156,49 @@ def test_cli_in_process_writes_output_and_alignments(smoke_run: SmokeRun, tmp_pa
         assert tuple(weights.shape) == tuple(record["shape"]) == (len(record["target"]), len(record["source"]))
         torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(record["target"])), atol=1e-4, rtol=0)
         assert (tmp_path / "attention" / f"{i:06d}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _attention_of(translator, line: str) -> tuple:
+    model, src_vocab, tgt_vocab, _ = translator
+    translations = translate_lines(model, src_vocab, [line], GREEDY, 16, "sentences", CPU, 50, return_attention=True)
+    return translations, src_vocab, tgt_vocab
+
+
+def test_a_link_planted_in_the_attention_folder_is_replaced_not_written_through(translator, smoke_run: SmokeRun,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
+    """Links at a figure's name and at the temporary name ``.<name>.tmp.png`` once used for it:
+    the files they point at keep their bytes, and the figure is a file of its own."""
+    folder = tmp_path / "attention"
+    folder.mkdir()
+    victims = {name: tmp_path / f"victim{k}" for k, name in enumerate(("000000.png", ".000000.png.tmp.png",
+                                                                        "000000.json"))}  # fmt: skip
+    for name, victim in victims.items():
+        victim.write_bytes(b"mine\n")
+        (folder / name).symlink_to(victim)
+    assert write_attention(folder, *_attention_of(translator, smoke_run.test_src[0])) == 1
+    assert all(victim.read_bytes() == b"mine\n" for victim in victims.values())
+    for name in ("000000.png", "000000.json"):
+        assert not (folder / name).is_symlink() and (folder / name).is_file()
+    assert (folder / "000000.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_two_writers_of_the_same_figure_use_temporary_files_of_their_own(translator, smoke_run: SmokeRun,
+                                                                       tmp_path: Path, monkeypatch) -> None:  # fmt: skip
+    """Two runs writing one attention folder: every rename starts from a temporary name no other
+    write used (a shared name lets one run rename the other's half-written file)."""
+    renamed: list[str] = []
+    real_replace = os.replace
+
+    def recording_replace(src, dst, *args, **kwargs):
+        renamed.append(os.path.basename(src))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    written = _attention_of(translator, smoke_run.test_src[0])
+    for _ in range(2):
+        write_attention(tmp_path / "attention", *written)
+    assert len(renamed) == 4 and len(set(renamed)) == 4
+    assert sorted(p.name for p in (tmp_path / "attention").iterdir()) == ["000000.json", "000000.png"]
 
 
 SYSTEM = {"_target_": "os.system", "command": "touch pwned"}

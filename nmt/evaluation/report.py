@@ -51,8 +51,8 @@ from nmt.evaluation.length_bins import (
     paired_test_by_bin,
     word_lengths,
 )
-from nmt.files import write_output_text
-from nmt.plotting import bleu_by_length_figure, save_figure
+from nmt.files import atomic_write_bytes, write_output_text
+from nmt.plotting import bleu_by_length_figure, figure_png
 
 BIN_BY = ("source", "reference")
 
@@ -298,6 +298,6 @@ def write_outputs(report: dict, out_dir: Path, figures: dict[str, Figure], tenso
     for name, fig in figures.items():
         if writer is not None:
             writer.add_figure(f"evaluate/{name}", fig, close=False)
-        save_figure(fig, out_dir / f"{name}.png")
+        atomic_write_bytes(out_dir / f"{name}.png", figure_png(fig))
     if writer is not None:
         writer.close()
