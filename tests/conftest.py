@@ -154,7 +154,12 @@ def compose_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
 @functools.cache
 def compose_model_cfg(attention: str, decoder: str, encoder: str = "bigru", extra: tuple[str, ...] = ()) -> DictConfig:
     """The ``model`` node of a tiny model (sizes in ``TINY_MODEL``); cached, so never modify it."""
-    overrides = [f"model/encoder={encoder}", f"model/attention={attention}", *DECODERS[decoder], *TINY_MODEL]
+    tiny = TINY_MODEL
+    if encoder == "transformer":  # a 2-layer, 2-head Transformer encoder in place of the bi-GRU
+        tiny = [o for o in TINY_MODEL if not o.startswith("model.encoder.")]
+        tiny += ["model.encoder.d_model=32", "model.encoder.num_layers=2", "model.encoder.num_heads=2",
+                 "model.encoder.ff_dim=32"]  # output 32 = the decoder state, as luong_dot needs
+    overrides = [f"model/encoder={encoder}", f"model/attention={attention}", *DECODERS[decoder], *tiny]
     if encoder == "gru":
         overrides.append("model.encoder.hidden_dim=32")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -35,9 +35,10 @@ FILES_OVERRIDES = [f"data.{key}=/nonexistent/{key}.txt" for key in ("train_src",
 
 
 def test_every_group_has_options() -> None:
-    assert _options("model/attention") == sorted(ATTENTIONS)
-    assert set(_options("model/encoder")) >= {"bigru", "gru"}
-    assert set(_options("model/decoder")) >= {"bahdanau", "luong"}
+    assert _options("model/attention") == sorted([*ATTENTIONS, "multihead"])
+    assert set(_options("model/encoder")) >= {"bigru", "gru", "transformer"}
+    assert set(_options("model/decoder")) >= {"bahdanau", "luong", "transformer"}
+    assert set(_options("model")) == {"default", "transformer"}
     assert set(_options("data")) >= {"multi30k", "files", "synthetic"}
     assert set(_options("train/scheduler")) >= {"constant", "plateau", "warmup"}
     assert "smoke" in _options("experiment")
@@ -55,8 +56,11 @@ def test_default_config(compose_cfg) -> None:
 
 @pytest.mark.parametrize("group", ["model/encoder", "model/attention", "model/decoder"])
 def test_every_model_option_composes_and_builds_at_default_size(compose_cfg, group: str) -> None:
+    # the Transformer decoder and multi-head attention come as a pair (model=transformer chooses both)
+    partner = {"model/attention": {"multihead": "model/decoder=transformer"},
+               "model/decoder": {"transformer": "model/attention=multihead"}}.get(group, {})  # fmt: skip
     for option in _options(group):
-        cfg = compose_cfg(f"{group}={option}")
+        cfg = compose_cfg(f"{group}={option}", *([partner[option]] if option in partner else []))
         node = OmegaConf.select(cfg, group.replace("/", "."))
         assert node._target_ == OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml")._target_
         model = build_model(cfg.model, 50, 60)
@@ -65,7 +69,7 @@ def test_every_model_option_composes_and_builds_at_default_size(compose_cfg, gro
 
 
 @pytest.mark.parametrize("encoder", _options("model/encoder"))
-@pytest.mark.parametrize("attention", _options("model/attention"))
+@pytest.mark.parametrize("attention", ATTENTIONS)
 @pytest.mark.parametrize("decoder", ["bahdanau", "luong_feed"])
 def test_every_tiny_model_combination_builds_and_runs(encoder: str, attention: str, decoder: str) -> None:
     model = build_tiny_model(attention, decoder, encoder)
@@ -176,7 +180,8 @@ def test_every_experiment_composes_and_builds(compose_cfg, experiment: str) -> N
     VocabSettings(**cfg.data.vocab)
     OmegaConf.to_container(cfg.model, resolve=True, throw_on_missing=True)
     OmegaConf.to_container(cfg.train, resolve=True, throw_on_missing=True)
-    model = build_model(cfg.model, 60, 70)
+    joint = cfg.model.share_embeddings  # one vocabulary for both sides
+    model = build_model(cfg.model, 60, 60 if joint else 70)
     assert isinstance(model, Seq2Seq)
     instantiate(cfg.train.scheduler)(instantiate(cfg.train.optimizer)(model.parameters()))
 
