@@ -79,3 +79,26 @@ def test_wheel_in_a_fresh_venv_runs_every_command_from_an_empty_folder(tmp_path:
     assert (empty / "study" / "summary.md").is_file() and (empty / "study" / "test" / "bleu_by_length.png").is_file()
     report = (empty / "study" / "test" / "seed1234" / "eval.json").read_text()
     assert '"none"' in report and '"bahdanau"' in report
+
+
+# A version each dependency floor must exclude, and why (pyproject.toml says the same beside it).
+UNSAFE = {
+    "torch": ("2.9.1", "torch.load(weights_only=True) of a crafted file can corrupt memory (GHSA-63cw-57p8-fm3p)"),
+    "sentencepiece": ("0.2.1", "a vocabulary with a piece over ~100 KB crashes the process (google/sentencepiece#1263)"),
+    "datasets": ("2.19.2", "load_dataset runs a repository's loading script without asking"),
+    "tqdm": ("4.66.2", "arguments of its command line are evaluated as Python (CVE-2024-34062)"),
+}
+
+
+def test_dependency_floors_exclude_versions_known_to_crash_or_run_code() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
+        declared = {r.name: r for r in map(Requirement, tomllib.load(f)["project"]["dependencies"])}
+    for name, (unsafe, why) in UNSAFE.items():
+        assert unsafe not in declared[name].specifier, f"{declared[name]} admits {name} {unsafe}: {why}"
+    for name, requirement in declared.items():
+        assert version(name) in requirement.specifier, f"installed {name} {version(name)} is not {requirement}"

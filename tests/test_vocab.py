@@ -4,12 +4,15 @@ of :func:`nmt.data.subwords.build_vocabs`."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import datasets
 import pytest
 import sentencepiece as spm
-from conftest import DICTIONARY, ToyCorpus, write_lines
+import torch
+from conftest import DICTIONARY, SmokeRun, ToyCorpus, write_lines
 
 import nmt.data.subwords
 from nmt.data.corpora import pairs_from_files
@@ -59,6 +62,48 @@ def test_foreign_special_ids_are_refused(toy_corpus: ToyCorpus) -> None:
                                    vocab_size=30, hard_vocab_limit=False, minloglevel=2)  # default ids  # fmt: skip
     with pytest.raises(ValueError, match="special ids"):
         Vocab(model.getvalue())
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def _message_field(number: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def with_long_piece(model_proto: bytes, length: int = 400_000) -> bytes:
+    """``model_proto`` with one more piece of ``length`` bytes (ModelProto field 1, its string
+    field 1): a repeated field appended to a serialized message adds an element."""
+    return model_proto + _message_field(1, _message_field(1, b"a" * length))
+
+
+def test_a_vocabulary_with_a_huge_piece_is_an_error_not_a_crash(tiny_vocab: Vocab, smoke_run: SmokeRun,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """sentencepiece 0.2.1 overflows its stack (SIGSEGV) loading a piece of ~100 KB or more
+    (google/sentencepiece#1263); the floor in pyproject.toml keeps it out. In a subprocess, so
+    that a crash shows as a signal: loading the vocabulary raises, and a checkpoint holding it is
+    refused in one line, exit status 2."""
+    crafted = with_long_piece(tiny_vocab.model_proto)
+    (tmp_path / "crafted.model").write_bytes(crafted)
+    load = f"from nmt.vocab import Vocab; Vocab.load({str(tmp_path / 'crafted.model')!r})"
+    proc = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("RuntimeError: "), proc
+
+    payload = torch.load(smoke_run.checkpoint, map_location="cpu", weights_only=True)
+    evil = tmp_path / "evil.pt"
+    torch.save({**payload, "vocab": {**payload["vocab"], "src": crafted}}, evil)
+    source = write_lines(tmp_path / "in.txt", ["ana bel"])
+    proc = subprocess.run([sys.executable, "-m", "nmt.translate", f"ckpt={evil}", f"input={source}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
+    assert len(errors) == 1 and str(evil) in errors[0], proc.stderr
 
 
 def test_empty_corpus_is_refused() -> None:
