@@ -140,13 +140,19 @@ def _assert_same_params(actual: dict, expected: dict, what: str) -> None:
 
 
 @pytest.mark.slow
-def test_ranks_with_one_batch_each_equal_one_process_with_all_batches(compose_cfg, tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_ranks_with_one_batch_each_equal_one_process_with_all_batches(compose_cfg, tmp_path: Path, arch: str) -> None:
     """k = 3 SGD updates; the data order is the training loop's: ``token_batches`` dealt by ``shard``.
 
     Clipping is off: it would hide a wrong normalisation of the loss (any scale clips to the same
     step). Dropout is 0 so that both sides compute the same function.
     """
-    model_cfg = compose_model_cfg("bahdanau", "bahdanau", extra=("model.dropout=0.0",))
+    if arch == "transformer":
+        from test_transformer import model_cfg as transformer_cfg
+
+        model_cfg = transformer_cfg("transformer", ("model.dropout=0.0",))
+    else:
+        model_cfg = compose_model_cfg("bahdanau", "bahdanau", extra=("model.dropout=0.0",))
     tcfg = compose_cfg("train.clip_norm=0", "train.label_smoothing=0.1").train
     data = _random_pairs(160, seed=3)
     batches = data.token_batches(60, shuffle=True, seed=7, epoch=0)

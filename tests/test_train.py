@@ -4,6 +4,7 @@ checkpoints, TensorBoard scalars, hypotheses and results; a run stopped after N 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -109,16 +110,18 @@ def test_train_cli_end_to_end(tmp_path: Path) -> None:
     assert saved.data.max_tokens == smoke.data.max_tokens
 
 
-def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str):
-    return compose_cfg("experiment=smoke", *corpus.overrides(), *TOY_VOCAB, "data.max_tokens=200",
+def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str, experiment: str = "smoke"):
+    return compose_cfg(f"experiment={experiment}", *corpus.overrides(), *TOY_VOCAB, "data.max_tokens=200",
                        "train.log_every=1", "train.num_heatmaps=0", "model.dropout=0.2", *overrides)  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ema", ["0.0", "0.8"])
-def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process, ema: str) -> None:
+@pytest.mark.parametrize(("experiment", "ema"), [("smoke", "0.0"), ("smoke", "0.8"), ("smoke_transformer", "0.0")])
+def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process, experiment: str,
+                                  ema: str) -> None:  # fmt: skip
     """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go (and
-    the same moving average, when one is kept)."""
+    the same moving average, when one is kept), for an RNN and a Transformer."""
+    _toy_cfg = functools.partial(globals()["_toy_cfg"], experiment=experiment)
     straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.ema={ema}"), tmp_path / "straight")
     first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6", f"train.ema={ema}"), tmp_path / "first")
     assert (straight["steps"], first["steps"]) == (12.0, 6.0)
