@@ -112,6 +112,11 @@ class Seq2Seq(nn.Module):
         output = self.decoder.output
         return output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
 
+    @property
+    def cross_attention_layers(self) -> int:
+        """How many attentions over the source the decoder has: L for a Transformer, 1 for an RNN."""
+        return self.decoder.num_layers if isinstance(self.decoder, tf.TransformerDecoder) else 1
+
     def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
         """Choose the cross-attention layer and heads that a Transformer decoder shows as its
         attention (:meth:`nmt.transformer.TransformerDecoder.set_alignment`); None, None keeps the

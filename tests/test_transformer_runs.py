@@ -18,6 +18,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from nmt.align import align
 from nmt.checkpoint import load_checkpoint, load_model
 from nmt.errors import CheckpointError, ConfigError
+from nmt.evaluate import evaluate
+from nmt.evaluation.report import format_report
 from nmt.evaluation.word_alignment import shifted, word_weights
 from nmt.transformer import TransformerDecoder
 from nmt.translate import translate
@@ -125,3 +127,23 @@ def test_a_crafted_transformer_checkpoint_is_refused(transformer_run: SmokeRun, 
         with pytest.raises(CheckpointError) as info:
             load_model(path, CPU)
         assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_evaluate_scores_every_layer_as_an_aligner(transformer_run: SmokeRun, tmp_path: Path) -> None:
+    """On its synthetic split (gold links known) nmt.evaluate reports the chosen attention's AER
+    and each cross-attention layer's, with and without the shift."""
+    reports = {}
+    for shift in ("false", "true"):
+        with process_restored():
+            reports[shift] = evaluate(command_cfg("evaluate", ckpt=transformer_run.checkpoint, out_dir=tmp_path / shift,
+                                                  n_bootstrap=0, device="cpu", **{"alignments.shift": shift}))  # fmt: skip
+    for report in reports.values():
+        scores = report["systems"]["best"]["word_alignment"]
+        assert len(scores["layers"]) == 2
+        assert scores["aer"] == scores["layers"][0]["aer"]  # the default: the penultimate of two layers
+        assert "best L2" in "\n".join(format_report(report).splitlines())
+    assert reports["true"]["word_alignment"]["shift"] is True
+    assert reports["true"]["systems"]["best"]["word_alignment"] != reports["false"]["systems"]["best"]["word_alignment"]
+    with pytest.raises(ConfigError, match="align.layer=7"), process_restored():
+        evaluate(command_cfg("evaluate", ckpt=transformer_run.checkpoint, out_dir=tmp_path / "x", n_bootstrap=0,
+                             **{"alignments.layer": 7}))  # fmt: skip

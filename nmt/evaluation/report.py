@@ -262,12 +262,18 @@ def _bin_rows(view: dict, names: list[str], width: int) -> list[str]:
 def _aer_rows(report: dict) -> list[str]:
     """AER (%) by length bin of the systems scored as word aligners, and of the diagonal baseline."""
     view = report["word_alignment"]
-    scored = {name: s["word_alignment"] for name, s in report["systems"].items() if s.get("word_alignment")}
+    scored = {}
+    for name, system in report["systems"].items():
+        if system.get("word_alignment"):
+            scored[name] = system["word_alignment"]
+            for layer, scores in enumerate(system["word_alignment"].get("layers", [])):  # a Transformer's layers
+                scored[f"{name} L{layer + 1}"] = scores
     scored["diagonal"] = view["diagonal"]
     width = max(12, *(len(n) + 2 for n in scored))
     cell = lambda x: ("-" if x is None else f"{100 * x:5.1f}").ljust(width)  # noqa: E731
+    shift = ", each word read at the step it is the input (shift)" if view.get("shift") else ""
     lines = [f"alignment error rate (%) by {report['bin_by']} length, {view['method']} links of the force-decoded "
-             f"reference against gold {view['gold']}",  # fmt: skip
+             f"reference against gold {view['gold']}{shift}",  # fmt: skip
              f"{'bin':<8}{'n':>6}  " + "".join(n.ljust(width) for n in scored)]
     for b, label in enumerate(report["bin_labels"]):
         lines.append(f"{label:<8}{view['diagonal']['bins'][b]['count']:>6}  "

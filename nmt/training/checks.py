@@ -23,7 +23,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from nmt.data.corpora import MULTI30K_SPLITS, check_multi30k_pair
 from nmt.data.text import DataError
 from nmt.errors import ConfigError, instantiation_message
-from nmt.model import build_model
+from nmt.model import build_model, check_attention_fits
 from nmt.search import SearchSettings, check_search_settings
 
 VOCAB_TYPES = ("unigram", "bpe")
@@ -122,6 +122,7 @@ MODEL_SWITCHES = ("layer_norm", "norm_first", "bidirectional", "input_feeding", 
 
 
 def _check_model(cfg: DictConfig) -> None:
+    check_attention_fits(OmegaConf.select(cfg, "model.attention._target_"), OmegaConf.select(cfg, "model.decoder._target_"))
     check_int(cfg, "model.emb_dim", 1)
     rates = ["model.dropout", "model.src_word_dropout", "model.tgt_word_dropout"]
     for role in ("encoder", "attention", "decoder"):
