@@ -147,3 +147,14 @@ def test_evaluate_scores_every_layer_as_an_aligner(transformer_run: SmokeRun, tm
     with pytest.raises(ConfigError, match="align.layer=7"), process_restored():
         evaluate(command_cfg("evaluate", ckpt=transformer_run.checkpoint, out_dir=tmp_path / "x", n_bootstrap=0,
                              **{"alignments.layer": 7}))  # fmt: skip
+
+
+def test_the_python_api_translates_and_shows_the_chosen_attention(transformer_run: SmokeRun) -> None:
+    from nmt import Translator
+
+    translator = Translator.from_checkpoint(transformer_run.checkpoint, device="cpu")
+    result = translator.translate(transformer_run.test_src[0], beam_size=3, return_attention=True)
+    assert result.attention.shape == (len(result.tgt_tokens), len(result.src_tokens))
+    np.testing.assert_allclose(result.attention.sum(axis=1), 1.0, rtol=1e-4)
+    # forced decoding of the beam's output gives the score the beam reported (one cache, two paths)
+    assert translator.score(transformer_run.test_src[0], result.text).normalized == pytest.approx(result.score, abs=1e-4)
