@@ -11,9 +11,10 @@ each bin's mean and standard deviation over the seeds. :func:`main` reads as the
 Every model is trained by ``python -m nmt.train`` with the same experiment, the same budget
 (``--budget`` sets ``train.max_steps``/``train.max_epochs``; early stopping is off so that no model
 stops sooner) and, per seed, the same ``train.seed``; only ``model/attention`` and
-``model/decoder`` differ. ``--single-seed`` models are trained with the first seed only (the
-costly ones of a large study). Then, per seed, ``python -m nmt.evaluate`` decodes each split with
-that seed's checkpoints; the first model is the baseline of the paired tests. Layout:
+``model/decoder`` differ, or, for ``transformer``, the model of its own experiment
+(``synthetic_transformer``, ``multi30k_de_en_transformer``). ``--single-seed`` models are trained
+with the first seed only (the costly ones of a large study). Then, per seed, ``python -m
+nmt.evaluate`` decodes each split with that seed's checkpoints; the first model is the baseline of the paired tests. Layout:
 
     OUT/runs/<model>/seed<S>/    training run (checkpoints, train.log, tensorboard, results.json)
     OUT/<split>/seed<S>/         nmt.evaluate of seed S: eval.json (bootstrap intervals, paired
@@ -78,6 +79,10 @@ MODELS = {
     "scaled_dot_luong_dec": ["model/attention=scaled_dot", "model/decoder=luong"],
 }
 EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"}
+# Models that start from an experiment of their own, whatever --experiment says: a Transformer's
+# sizes and schedule are not the RNN experiment's (the data, budget and seeds are shared)
+MODELS["transformer"] = []
+OWN_EXPERIMENTS = {"transformer": {"synthetic": "synthetic_transformer", "multi30k": "multi30k_de_en_transformer"}}
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
 DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
 SAMPLE_SIZE = "data.vocab.sample_size"  # shapes the subwords only of a corpus larger than it
@@ -265,7 +270,8 @@ class Plan:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.out = args, args.out.resolve()
-        common = [f"experiment={args.experiment or EXPERIMENTS[args.data]}", "train.patience=0"]
+        experiment = args.experiment or EXPERIMENTS[args.data]
+        common = ["train.patience=0"]
         common += budget_overrides(args.budget)
         if args.data_dir:
             common.append(f"data.dir={Path(args.data_dir).resolve()}")
@@ -273,7 +279,9 @@ class Plan:
             common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
         self.common = common + args.overrides
         self.seeds = planned_runs(args)
-        self.runs = {(name, seed): (run_path(self.out, name, seed), [*self.common, *MODELS[name], f"train.seed={seed}"])
+        self.experiments = {name: OWN_EXPERIMENTS.get(name, {}).get(args.data, experiment) for name in args.models}
+        self.runs = {(name, seed): (run_path(self.out, name, seed), [f"experiment={self.experiments[name]}", *self.common,
+                                                                     *MODELS[name], f"train.seed={seed}"])
                      for seed, models in self.seeds.items() for name in models}  # fmt: skip
         self.splits = test_splits(args)
         self.bins, self.beam = args.bins or DEFAULT_BINS[args.data], args.beam_size or DEFAULT_BEAM[args.data]
@@ -333,7 +341,8 @@ def report(plan: Plan, argv: list[str]) -> None:
     summary = [
         f"# Bottleneck study ({args.data})", "",
         "```", shlex.join(["python", "-m", "nmt.study", *argv]), "```",
-        "", f"Training overrides shared by every model: `{' '.join(plan.common)}`, and `train.seed=S` per seed", "",
+        "", f"Experiments: {', '.join(f'{name}: `{exp}`' for name, exp in plan.experiments.items())}", "",
+        f"Training overrides shared by every model: `{' '.join(plan.common)}`, and `train.seed=S` per seed", "",
         *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
         "## Training", "", *training_table(rows, plan.splits[0]), "",
         "machine: the median 1-minute load average while it trained; *shared* where it exceeded the run's own "

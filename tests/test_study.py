@@ -28,8 +28,26 @@ def test_budget_and_model_overrides() -> None:
         with pytest.raises(SystemExit):
             study.budget_overrides(bad)
     for name, overrides in study.MODELS.items():  # a model is the same whatever the experiment's decoder
+        if name in study.OWN_EXPERIMENTS:  # the Transformer: its own experiment's model
+            assert overrides == [], name
+            continue
         assert sorted(o.split("=")[0] for o in overrides) == ["model/attention", "model/decoder"], name
         assert (f"model/decoder={'luong' if 'luong' in name else 'bahdanau'}") in overrides, name
+
+
+@pytest.mark.parametrize("data", ["synthetic", "multi30k"])
+def test_the_transformer_trains_from_its_own_experiment_on_the_same_budget(data: str) -> None:
+    study = nmt.study
+    args = study.parse_args(["--data", data, "--out", "o", "--models", "bahdanau", "transformer", "--seeds", "1", "2",
+                             "--budget", "max_steps=300"])  # fmt: skip
+    plan = study.Plan(args)
+    rnn, transformer = plan.runs[("bahdanau", 2)][1], plan.runs[("transformer", 2)][1]
+    assert rnn[0] == f"experiment={study.EXPERIMENTS[data]}"
+    assert transformer[0] == f"experiment={study.OWN_EXPERIMENTS['transformer'][data]}"
+    assert rnn[1:] == [*transformer[1:-1], *study.MODELS["bahdanau"], "train.seed=2"]  # the same budget and seed
+    config = study.expected_config(transformer)
+    assert config["model"]["decoder"]["_target_"] == "nmt.transformer.TransformerDecoder"
+    assert config["train"]["max_steps"] == 300
 
 
 def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
