@@ -52,10 +52,10 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = OmegaConf.load(REPO / "configs" / "translate.yaml")
 
 
-def untrained_reference(data_dir: Path, cache_dir: Path):
-    """The ``multi30k_de_en`` model with random weights, its vocabularies and config."""
+def untrained_reference(data_dir: Path, cache_dir: Path, experiment: str = "multi30k_de_en"):
+    """The ``experiment``'s model with random weights, its vocabularies and config."""
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=multi30k_de_en", f"data.dir={data_dir}",
+        cfg = compose("train", overrides=[f"experiment={experiment}", f"data.dir={data_dir}",
                                           f"data.cache_dir={cache_dir}"])  # fmt: skip
     train = pairs_from_files(
         multi30k_file(cfg.data.train_split, cfg.data.src_lang, str(data_dir), cache_dir),
@@ -88,7 +88,8 @@ def time_searches(models: dict, src_vocab, lines, settings, args, device) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", type=Path, help="a trained checkpoint (else --untrained)")
-    parser.add_argument("--untrained", action="store_true", help="the reference model with random weights")
+    parser.add_argument("--untrained", action="store_true", help="the --experiment's model with random weights")
+    parser.add_argument("--experiment", default="multi30k_de_en", help="with --untrained: e.g. multi30k_de_en_transformer")
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
     parser.add_argument("--cache-dir", type=Path, default=REPO / "data", help="sentencepiece cache (--untrained)")
     parser.add_argument("--split", default="test_2016_flickr")
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     if args.untrained:
-        model, src_vocab, tgt_vocab, cfg = untrained_reference(args.data_dir, args.cache_dir)
+        model, src_vocab, tgt_vocab, cfg = untrained_reference(args.data_dir, args.cache_dir, args.experiment)
         model = model.to(device)
         max_len_a, max_len_b = 1.0, 0
     else:
