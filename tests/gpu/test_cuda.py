@@ -26,13 +26,19 @@ GPU, CPU = torch.device("cuda"), torch.device("cpu")
 
 
 @pytest.mark.parametrize(("attention", "decoder"), [("bahdanau", "bahdanau"), ("luong_general", "luong_feed"),
-                                                    ("scaled_dot", "bahdanau"), ("none", "bahdanau")])
+                                                    ("scaled_dot", "bahdanau"), ("none", "bahdanau"),
+                                                    ("multihead", "transformer")])  # fmt: skip
 def test_loss_and_gradients_equal_the_cpus(attention: str, decoder: str) -> None:
     src, src_lens, tgt_in = random_batch([9, 7, 4, 9, 2, 6], tgt_len=8)
     tgt_out = torch.roll(tgt_in, -1, dims=1)
     results = {}
     for device in (CPU, GPU):
-        model = build_tiny_model(attention, decoder).to(device)  # the same weights (seed 0) on both
+        if decoder == "transformer":  # the tiny Transformer of tests/test_transformer.py, seed 0
+            from test_transformer import tiny
+
+            model = tiny("transformer").to(device)
+        else:
+            model = build_tiny_model(attention, decoder).to(device)  # the same weights (seed 0) on both
         loss, _ = model.loss(src.to(device), src_lens.to(device), tgt_in.to(device), tgt_out.to(device), 0.1)
         loss.backward()
         results[device.type] = (loss.item(), {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None})
@@ -55,9 +61,10 @@ def test_greedy_and_beam_translate_as_on_the_cpu(smoke_run: SmokeRun) -> None:
 
 
 @pytest.mark.parametrize("amp", ["none", "bf16"])
-def test_a_run_trains_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path: Path, amp: str) -> None:
+@pytest.mark.parametrize("experiment", ["smoke", "smoke_transformer"])
+def test_a_run_trains_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path: Path, amp: str, experiment: str) -> None:
     run = tmp_path / "run"
-    results = train_in_process(["experiment=smoke", f"data.cache_dir={tmp_path / 'cache'}", "train.device=cuda",
+    results = train_in_process([f"experiment={experiment}", f"data.cache_dir={tmp_path / 'cache'}", "train.device=cuda",
                                 f"train.amp={amp}", "train.num_heatmaps=0"], run)  # fmt: skip
     assert math.isfinite(results["test_bleu"]) and results["test_bleu"] > 20  # the smoke corpus is learned
     model, *_ = load_model(run / "checkpoints" / "best.pt", CPU)
