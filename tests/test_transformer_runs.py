@@ -158,3 +158,15 @@ def test_the_python_api_translates_and_shows_the_chosen_attention(transformer_ru
     np.testing.assert_allclose(result.attention.sum(axis=1), 1.0, rtol=1e-4)
     # forced decoding of the beam's output gives the score the beam reported (one cache, two paths)
     assert translator.score(transformer_run.test_src[0], result.text).normalized == pytest.approx(result.score, abs=1e-4)
+
+
+def test_the_runs_checkpoints_average_into_a_model(transformer_run: SmokeRun, tmp_path: Path) -> None:
+    from nmt.checkpoint import average_checkpoints
+
+    steps = sorted((transformer_run.folder / "checkpoints").glob("step*.pt"))
+    assert len(steps) == 2
+    average_checkpoints(steps, tmp_path / "averaged.pt")
+    averaged, *_ = load_model(tmp_path / "averaged.pt", CPU)
+    weights = [load_checkpoint(p)["model"] for p in steps]
+    for name, tensor in averaged.state_dict().items():
+        torch.testing.assert_close(tensor, (weights[0][name] + weights[1][name]) / 2, msg=name)
