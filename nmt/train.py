@@ -9,7 +9,8 @@ config, the data and a resumed checkpoint are accepted, so a refused or failed s
 folder that existed before the command as it was, and removes the folders the command made for
 the run (:mod:`nmt.training.run_folder`). A folder that holds a run (checkpoints or results) is
 never trained into by accident: only ``train.resume=auto`` continues it and only
-``train.overwrite=true`` starts it over.
+``train.overwrite=true`` starts it over. ``python -m nmt.train train.resume=auto hydra.run.dir=RUN``
+continues a run with the settings its folder saved (:func:`continue_run`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -37,7 +40,7 @@ from nmt.files import atomic_write_text
 from nmt.model import Seq2Seq, build_model
 from nmt.runtime import RUN_LOG_FORMAT, seed_everything, set_threads, setup_logging
 from nmt.training import distributed
-from nmt.training.checks import resume_changes, validate_config
+from nmt.training.checks import continued_config, merge_overrides, resume_changes, validate_config
 from nmt.training.distributed import Dist
 from nmt.training.run_folder import made_for, make_folders, make_new_folder, remove_made
 from nmt.training.runlog import METRICS, convert_log
@@ -74,12 +77,14 @@ def claim_folder(base: str) -> str:
 OmegaConf.register_new_resolver("nmt.new_folder", claim_folder, replace=True)
 
 
-def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+def train(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
     """Train the model ``cfg`` describes, writing everything into ``run_dir``.
 
     Under ``torchrun`` every process runs this function on its shard of each epoch; only rank 0
     logs, validates and writes files, and it tells the others when to stop.
 
+    :param overrides: the command line that composes ``cfg``, recorded in ``.hydra/overrides.yaml``
+        (None: Hydra's, when it runs the command).
     :return: the final metrics (best validation BLEU, test BLEU/chrF per test split...).
     :raise ConfigError: the config is invalid, or ``run_dir`` holds a run and neither
         ``train.resume`` nor ``train.overwrite`` says what to do with it; nothing is written.
@@ -92,6 +97,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         job = distributed.setup(cfg.train.device, cfg.train.dist_backend)
         run_dir = _same_folder_on_every_rank(run_dir, made, job)
         resume = check_run_folder(cfg, run_dir)  # may refuse the command: still nothing written
+        if job.is_main:
+            log.info("run folder %s (%s)", run_dir.resolve(), f"continuing {resume.path}" if resume else "a new run")
         if resume is not None and resume.finished and (run_dir / "results.json").is_file():
             early.close()  # nothing is written: the run folder stays as it is
             return _already_finished(run_dir, resume)
@@ -106,7 +113,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         raise
     if cfg.train.overwrite and job.is_main:
         clear_run(run_dir)
-    open_run(cfg, run_dir, job, resume, early)
+    open_run(cfg, run_dir, job, resume, early, overrides)
     trainer.open()
     del resume  # the checkpoint's tensors are in the model and optimizer now
     with _StopRequest() as stop:
@@ -121,7 +128,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                     return trainer.save_for_resume(stop.signal)
                 if trainer.done:
                     break
-    return trainer.finish()
+    results = trainer.finish()
+    if job.is_main:
+        log.info("run folder %s: results.json, checkpoints/best.pt, train.log", run_dir.resolve())
+    return results
 
 
 # --------------------------------------------------------------------------- the run folder
@@ -240,7 +250,8 @@ class _LogBuffer(logging.handlers.MemoryHandler):
         super().close()
 
 
-def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, early: _LogBuffer) -> None:
+def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, early: _LogBuffer,
+             overrides: list[str] | None = None) -> None:  # fmt: skip
     """Rank 0: the folders, ``train.log``, ``config.yaml`` and ``.hydra/``; other ranks log warnings only."""
     if not job.is_main:  # warnings still reach the console; train.log is rank 0's
         early.close()
@@ -258,7 +269,7 @@ def open_run(cfg: DictConfig, run_dir: Path, job: Dist, resume: Resume | None, e
                     == str((run_dir / "train.log").resolve()))  # fmt: skip
     early.hand_over(log_file)
     _remove_temporary_files(run_dir)
-    _write_run_config(run_dir, cfg, resume.path if resume else None, resume.changes if resume else [])
+    _write_run_config(run_dir, cfg, resume.path if resume else None, resume.changes if resume else [], overrides)
     if cfg.train.resume == "auto" and resume is None:
         log.info("train.resume=auto: no checkpoint at %s, so this is a new run", run_dir / "checkpoints" / "last.pt")
 
@@ -300,9 +311,11 @@ def build(cfg: DictConfig, job: Dist, resume: Resume | None) -> tuple[Splits, Se
     return data, model, optimizer, scheduler
 
 
-def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, changes: list[str]) -> None:
+def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, changes: list[str],
+                      overrides: list[str] | None) -> None:  # fmt: skip
     """``config.yaml`` (the resolved config this run trains with) and, under Hydra, ``.hydra/`` (the
-    composed config, Hydra's own and the overrides), written only once the config is accepted."""
+    composed config, Hydra's own and the overrides: ``overrides``, else Hydra's), written only once
+    the config is accepted."""
     header = ""
     if resume is not None:
         log.info("resuming from %s%s", resume, f" with changed settings, applied from now on: {'; '.join(changes)}"
@@ -314,7 +327,8 @@ def _write_run_config(run_dir: Path, cfg: DictConfig, resume: Path | None, chang
         hydra_cfg = HydraConfig.get()
         atomic_write_text(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
         atomic_write_text(run_dir / ".hydra" / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
-        atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(list(hydra_cfg.overrides.task)))
+        given = list(hydra_cfg.overrides.task) if overrides is None else overrides
+        atomic_write_text(run_dir / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(given))
 
 
 def _remove_temporary_files(run_dir: Path) -> None:
@@ -335,13 +349,40 @@ def _resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
+def continue_run(run_dir: Path, given: list[str]) -> tuple[DictConfig, list[str]]:
+    """The config of ``train.resume`` into ``run_dir``, which holds its run's ``config.yaml``: that
+    config, with what the command line's overrides ``given`` change in it
+    (:func:`nmt.training.checks.continued_config`); the run's own overrides
+    (``.hydra/overrides.yaml``) need not be given again. Composes with Hydra, inside :func:`main`.
+
+    :return: the config and the overrides that compose it (``.hydra/overrides.yaml`` of the continued run).
+    """
+    file = run_dir / ".hydra" / "overrides.yaml"
+    saved = [str(o) for o in OmegaConf.load(file)] if file.is_file() else []
+    overrides = merge_overrides(saved, given)
+    try:
+        before, after = (hydra.compose("train", overrides=o) for o in (saved, overrides))
+    except (HydraException, OmegaConfBaseException) as e:
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise ConfigError(f"{file}: the run's overrides {saved} do not compose now ({first}); give the run's "
+                          "settings on the command line and remove the file") from None  # fmt: skip
+    cfg = continued_config(OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml")), before, after)
+    log.info("train.resume: the settings of %s%s", run_dir / "config.yaml",
+             f", with {' '.join(given)}" if given else "")  # fmt: skip
+    return cfg, overrides
+
+
 @command("train")
 def main(cfg: DictConfig) -> float:
     setup_logging(fmt=RUN_LOG_FORMAT)  # the console; train() adds <run>/train.log once the config is accepted
     interrupted = "interrupted: stopped without saving (checkpoints/last.pt, if any, is complete)"  # a 2nd Ctrl-C
+    hydra_cfg = HydraConfig.get()
+    run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     try:
         with command_errors(logging.getLogger("nmt"), interrupted):
-            results = train(cfg, HydraConfig.get().runtime.output_dir)
+            if cfg.train.resume not in (None, "", "none") and (run_dir / "config.yaml").is_file():
+                cfg, overrides = continue_run(run_dir, overrides)
+            results = train(cfg, run_dir, overrides)
     finally:
         distributed.teardown()
     best = results.get("best_valid_bleu", float("nan"))

@@ -8,13 +8,17 @@ import functools
 import json
 import math
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus, make_toy_corpus, write_lines
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -23,6 +27,7 @@ from nmt.data.batches import prepare_data
 from nmt.errors import CheckpointError
 from nmt.evaluation.metrics import teacher_forced_nll
 from nmt.train import train
+from nmt.training.checks import continued_config, merge_overrides, resume_changes
 from nmt.training.runlog import read_run
 from nmt.training.trainer import TokenRate
 
@@ -184,6 +189,86 @@ def test_weights_only_checkpoint_cannot_be_resumed(compose_cfg, toy_corpus, tmp_
     (periodic,) = (tmp_path / "run" / "checkpoints").glob("step*.pt")
     with pytest.raises(CheckpointError, match="cannot be resumed"):
         train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=4", f"train.resume={periodic}"), tmp_path / "again")
+
+
+def test_a_continued_runs_overrides_are_its_own_with_the_command_lines_in_their_place() -> None:
+    saved = ["experiment=smoke", "train.max_steps=50", "+extra.note=a"]
+    assert merge_overrides(saved, ["train.resume=auto"]) == [*saved, "train.resume=auto"]
+    assert merge_overrides(saved, ["train.max_steps=80", "experiment=smoke", "extra.note=b"]) == [
+        "train.max_steps=80", "experiment=smoke", "++extra.note=b"]  # fmt: skip
+
+
+def test_a_continued_run_keeps_its_saved_settings_and_takes_the_command_lines(tmp_path: Path) -> None:
+    """Only what the command line changes comes from it: a default changed since the run started
+    (here label_smoothing) keeps the run's value; a changed dropout reaches the keys that follow it."""
+    saved_overrides = ["experiment=smoke", f"data.cache_dir={tmp_path}", "train.max_steps=50"]
+    given = ["train.resume=auto", "train.max_steps=80", "model.dropout=0.3"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        before = compose("train", overrides=saved_overrides)
+        after = compose("train", overrides=merge_overrides(saved_overrides, given))
+    saved = OmegaConf.to_container(before, resolve=True)
+    saved["train"]["label_smoothing"] = 0.25  # the default when the run started
+    cfg = continued_config(saved, before, after)
+    assert cfg.train.label_smoothing == 0.25 and cfg.data.kind == "synthetic" and cfg.model.emb_dim == 32
+    assert (cfg.train.resume, cfg.train.max_steps) == ("auto", 80)
+    assert cfg.model.dropout == cfg.model.encoder.hidden_dropout == 0.3
+    changed = resume_changes(saved, cfg, "last.pt")
+    assert [c.split(":")[0] for c in changed if not c.startswith("model.")] == ["train.max_steps"]
+
+
+def _resume_hint(output: str) -> list[str]:
+    """The command an interrupted run's log says continues it, ready to run here."""
+    line = next(line for line in output.splitlines() if "continue the run with: " in line)
+    command = shlex.split(line.split("continue the run with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "nmt.train"], line
+    return [sys.executable, *command[1:]]
+
+
+@pytest.mark.slow
+def test_the_hint_of_an_interrupted_run_alone_continues_it(tmp_path: Path) -> None:
+    """Ctrl-C, then exactly the command the log prints (from another folder): the run continues from
+    last.pt with the settings it started with; a change to a training setting is applied, and a
+    change to the model is refused in one line naming only that key."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    started = ["experiment=smoke", f"data.cache_dir={cache}", "model.emb_dim=16", "model.encoder.hidden_dim=16",
+               "model.decoder.hidden_dim=32", "train.max_steps=24", "train.eval_every=6", "train.log_every=1",
+               "train.num_heatmaps=0", "train.device=cpu"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.train", *started, f"hydra.run.dir={run}"], cwd=REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    log = run / "train.log"
+    deadline = time.monotonic() + 240
+    while not (log.exists() and "update 8: loss" in log.read_text()):  # between the checkpoints of updates 6 and 12
+        assert proc.poll() is None and time.monotonic() < deadline, "training ended before update 8"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, output = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-3000:]
+    stopped = load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"]
+    assert 8 <= stopped < 12
+    hint = _resume_hint(output)
+    assert f"hydra.run.dir={run.resolve()}" in hint
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(hint, cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resumed from {run / 'checkpoints' / 'last.pt'} at update {stopped} " in done.stderr
+    assert "with the same config" in done.stderr
+    assert json.loads((run / "results.json").read_text())["steps"] == 24.0
+    assert OmegaConf.load(run / "config.yaml").model.emb_dim == 16
+    assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[: len(started)] == started
+    assert f"run folder {run.resolve()}: results.json" in done.stderr
+
+    refused = subprocess.run([*hint, "model.emb_dim=8"], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    (line,) = [line for line in refused.stderr.splitlines() if "cannot resume" in line]
+    assert "model.emb_dim: 16 in the checkpoint, 8 now" in line
+    assert "train." not in line and "data." not in line, line
+
+    more = subprocess.run([*hint, "train.max_steps=30"], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert json.loads((run / "results.json").read_text())["steps"] == 30.0
+    assert "#   train.max_steps: 24 -> 30" in (run / "config.yaml").read_text()
 
 
 def test_prepare_data_filters_training_pairs_only(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path) -> None:

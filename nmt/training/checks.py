@@ -102,6 +102,47 @@ def resume_changes(saved: dict, cfg: DictConfig, checkpoint: str | Path) -> list
     return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in differ if k != "train.resume"]
 
 
+def override_key(override: str) -> str:
+    """The key (or ``group@package``) a command-line override sets: ``+a.b=1`` -> ``a.b``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(saved: list[str], given: list[str]) -> list[str]:
+    """The overrides of a continued run: the run's ``saved`` ones, less those whose key ``given``
+    sets again, then ``given`` (``saved = [experiment=smoke, train.max_steps=50]`` and ``given =
+    [train.max_steps=80]`` -> ``[experiment=smoke, train.max_steps=80]``). A key the run added
+    (``+key=...``) stays added (``++key=...``)."""
+    keys = {override_key(o) for o in given}
+    added = {override_key(o) for o in saved if o.startswith("+") and override_key(o) in keys}
+    kept = [o for o in saved if override_key(o) not in keys]
+    return kept + [f"++{o.lstrip('+')}" if override_key(o) in added and not o.startswith("~") else o for o in given]
+
+
+def continued_config(saved: dict, before: DictConfig, after: DictConfig) -> DictConfig:
+    """The config of a run continued from its folder: the run's ``config.yaml`` with what the
+    command line changes in it.
+
+    :param saved: the run's ``config.yaml`` (resolved).
+    :param before: the run's own overrides, composed now.
+    :param after: the run's overrides merged with the command line's (:func:`merge_overrides`), composed.
+    :return: ``after``, holding ``saved``'s value at every key where ``before`` and ``after`` agree
+        (so that a default changed since the run started does not change the run); ``saved``'s
+        keys that ``after`` lacks are left out (the checkpoint comparison names them).
+    :raise ConfigError: a saved value the config's schema refuses.
+    """
+    old = flatten(OmegaConf.to_container(before, resolve=True))
+    new = flatten(OmegaConf.to_container(after, resolve=True))
+    changed = {k for k in old.keys() | new.keys() if old.get(k, _ABSENT) != new.get(k, _ABSENT)}
+    cfg = after.copy()
+    for key, kept in flatten(saved).items():
+        if key in new and key not in changed:
+            try:
+                OmegaConf.update(cfg, key, kept, merge=False)
+            except OmegaConfBaseException as e:
+                raise ConfigError(f"{key}={kept!r} in the run's config.yaml: {str(e).splitlines()[0]}") from None
+    return cfg
+
+
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay values."""
     if not isinstance(node, dict):

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -364,8 +365,8 @@ class Trainer:
         if self.job.is_main:
             with self._averaged():
                 self._checkpoint("last.pt", train_state=state)
-            log.info("signal %d: saved %s; resume with train.resume=auto hydra.run.dir=%s",
-                     signum, self.run_dir / "checkpoints" / "last.pt", self.run_dir)  # fmt: skip
+            log.info("signal %d: saved %s; continue the run with: %s", signum,
+                     (self.run_dir / "checkpoints" / "last.pt").resolve(), resume_command(self.run_dir, self.job))  # fmt: skip
         return {"interrupted": 1.0, "steps": float(self.progress.step)}
 
     def finish(self) -> dict:
@@ -405,6 +406,14 @@ class Trainer:
 
     def _train_state(self) -> dict:
         return _train_state(self.progress, self.optimizer, self.scheduler, self.job, self.model if self.ema else None)
+
+
+def resume_command(run_dir: Path, job) -> str:
+    """The command that continues the run in ``run_dir`` with its saved settings, to paste into a
+    shell: ``python -m nmt.train train.resume=auto hydra.run.dir=/abs/run`` (``torchrun
+    --nproc_per_node=N -m nmt.train ...`` for a job of N processes)."""
+    launch = f"torchrun --nproc_per_node={job.world_size}" if job.world_size > 1 else "python"
+    return f"{launch} -m nmt.train train.resume=auto {shlex.quote(f'hydra.run.dir={run_dir.resolve()}')}"
 
 
 # --------------------------------------------------------------------------- what the trainer calls
