@@ -18,7 +18,8 @@ The attention an ensemble shows or saves is the members' average, row by row a d
 over the source again.
 
 On the command line an ensemble is one system whose checkpoints are joined by ``+``:
-``ckpt=runs/a/checkpoints/best.pt+runs/b/checkpoints/best.pt``. Its members must translate the
+``ckpt=runs/a/checkpoints/best.pt+runs/b/checkpoints/best.pt`` (or ``ckpt=runs/a+runs/b``: a run
+folder stands for its ``checkpoints/best.pt``). Its members must translate the
 same direction with the same subword models (the same data settings), or the step distributions
 would be over different vocabularies; other checkpoints are refused in one line.
 """
@@ -32,7 +33,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from nmt.checkpoint import load_checkpoint, model_from_checkpoint
+from nmt.checkpoint import checkpoint_file, direction, load_checkpoint, model_from_checkpoint
 from nmt.decoder import DecoderState
 from nmt.errors import CheckpointError
 from nmt.model import Seq2Seq
@@ -113,20 +114,22 @@ class Ensemble(nn.Module):
 
 def split_members(spec: str | Path) -> list[Path]:
     """The checkpoint files of a system: ``a.pt+b.pt`` -> [a.pt, b.pt]; a name that is itself an
-    existing file (even with a ``+`` in it) is one checkpoint."""
+    existing file or folder (even with a ``+`` in it) is one checkpoint; a run folder stands for its
+    ``checkpoints/best.pt`` (:func:`nmt.checkpoint.checkpoint_file`)."""
     text = str(spec)
-    if Path(text).is_file() or SEPARATOR not in text:
-        return [Path(text)]
+    if Path(text).exists() or SEPARATOR not in text:
+        return [checkpoint_file(text)]
     parts = text.split(SEPARATOR)
     if any(not part for part in parts):
         raise CheckpointError(f"{text}: an empty checkpoint name; join the checkpoints of an ensemble with '+' (a.pt+b.pt)")
-    return [Path(part) for part in parts]
+    return [checkpoint_file(part) for part in parts]
 
 
 def load_system(
     spec: str | Path | list, device: torch.device, rule: str = "log_mean", precision: str = "fp32"
 ) -> tuple[Seq2Seq | Ensemble, Vocab, Vocab, DictConfig]:
-    """Load one checkpoint, or several joined by ``+`` (or given as a list) as an :class:`Ensemble`.
+    """Load one checkpoint, or several joined by ``+`` (or given as a list) as an :class:`Ensemble`;
+    a run folder stands for its ``checkpoints/best.pt``.
 
     :param precision: ``fp32``, or ``int8`` for dynamically quantized members on the CPU
         (:mod:`nmt.quantization`).
@@ -136,7 +139,7 @@ def load_system(
     :raise CheckpointError: a file that cannot be used, or members that differ in direction or
         subword models; one line.
     """
-    paths = [Path(p) for p in spec] if isinstance(spec, list | tuple) else split_members(spec)
+    paths = [checkpoint_file(p) for p in spec] if isinstance(spec, list | tuple) else split_members(spec)
     return system_from_payloads(paths, [load_checkpoint(path) for path in paths], device, rule, precision)
 
 
@@ -157,18 +160,12 @@ def system_from_payloads(
     model, src_vocab, tgt_vocab, config = loaded[0]
     if len(loaded) == 1:
         return model.to(device), src_vocab, tgt_vocab, config
-    direction = _direction(config)
     for path, (_, other_src, other_tgt, other_config) in zip(paths[1:], loaded[1:]):
-        if _direction(other_config) != direction:
-            raise CheckpointError(f"{path} translates {_direction(other_config)} and {paths[0]} {direction}: "
+        if direction(other_config) != direction(config):
+            raise CheckpointError(f"{path} translates {direction(other_config)} and {paths[0]} {direction(config)}: "
                                   "an ensemble's checkpoints must translate the same direction")  # fmt: skip
         for side, mine, theirs in (("source", src_vocab, other_src), ("target", tgt_vocab, other_tgt)):
             if mine.model_proto != theirs.model_proto:
                 raise CheckpointError(f"{path} has another {side} subword model than {paths[0]}: the checkpoints of "
                                       "an ensemble must share their vocabularies (the same data settings)")  # fmt: skip
     return Ensemble([m for m, *_ in loaded], rule).to(device).eval(), src_vocab, tgt_vocab, config
-
-
-def _direction(config: DictConfig) -> str:
-    data = config.get("data", {})
-    return f"{data.get('src_lang', '?')}->{data.get('tgt_lang', '?')}"

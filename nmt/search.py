@@ -27,6 +27,7 @@ came from, and the finished hypotheses are traced back once at the end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, NamedTuple, Optional, Protocol, get_type_hints
@@ -380,28 +381,38 @@ def force_decode(
             for row in range(batch_size)]  # fmt: skip
 
 
+# The largest decoding a setting may ask for: the beam's work and memory grow with K x V a step,
+# and the output limit sizes arrays before the first step. Far beyond any useful value, but a
+# checkpoint's train.search (a stranger's file) cannot make a command allocate without bound.
+MAX_BEAM_SIZE = 1000
+MAX_LEN_A = 100.0
+MAX_LEN_B = 10_000
+
+
 def check_search_settings(
     beam_size: int, n_best: int, penalty: str, alpha: float, max_len_a: float, max_len_b: int, prefix: str = ""
 ) -> None:
     """The one check of decoding settings (``train.search``, translate's and evaluate's keys, and
-    :class:`SearchSettings`): refuse impossible values with a message naming the key.
+    :class:`SearchSettings`): refuse impossible values, and values past :data:`MAX_BEAM_SIZE`,
+    :data:`MAX_LEN_A` and :data:`MAX_LEN_B`, with a message naming the key.
 
     :param prefix: put before every key name in messages, e.g. ``train.search.``.
     """
     is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     is_number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
-    if not is_int(beam_size) or beam_size < 1:
-        raise ValueError(f"{prefix}beam_size={beam_size!r}: must be an integer >= 1")
+    if not is_int(beam_size) or not 1 <= beam_size <= MAX_BEAM_SIZE:
+        raise ValueError(f"{prefix}beam_size={beam_size!r}: must be an integer from 1 to {MAX_BEAM_SIZE}")
     if not is_int(n_best) or not 1 <= n_best <= beam_size:
         raise ValueError(f"{prefix}n_best={n_best!r}: must be between 1 and {prefix}beam_size={beam_size}")
     if penalty not in LENGTH_PENALTIES:
         raise ValueError(f"{prefix}length_penalty={penalty!r}: choose one of {', '.join(LENGTH_PENALTIES)}")
-    if not is_number(alpha) or alpha < 0:
-        raise ValueError(f"{prefix}alpha={alpha!r}: must be a number >= 0 (the stopping bound needs lp to grow with length)")
-    if not is_number(max_len_a) or max_len_a < 0:
-        raise ValueError(f"{prefix}max_len_a={max_len_a!r}: must be a number >= 0")
-    if not is_int(max_len_b) or max_len_b < 0:
-        raise ValueError(f"{prefix}max_len_b={max_len_b!r}: must be an integer >= 0")
+    if not is_number(alpha) or not 0 <= alpha < math.inf:  # NaN fails both comparisons
+        raise ValueError(f"{prefix}alpha={alpha!r}: must be a finite number >= 0 (the stopping bound needs lp to grow "
+                         "with length)")  # fmt: skip
+    if not is_number(max_len_a) or not 0 <= max_len_a <= MAX_LEN_A:
+        raise ValueError(f"{prefix}max_len_a={max_len_a!r}: must be a number from 0 to {MAX_LEN_A:g}")
+    if not is_int(max_len_b) or not 0 <= max_len_b <= MAX_LEN_B:
+        raise ValueError(f"{prefix}max_len_b={max_len_b!r}: must be an integer from 0 to {MAX_LEN_B}")
     if max_len_a == 0 and max_len_b == 0:
         raise ValueError(f"{prefix}max_len_a and {prefix}max_len_b are both 0: no output could be produced")
 

@@ -198,9 +198,9 @@ class Translator:
         """Load a checkpoint written by ``nmt.train`` (or an averaged or trained-weights file), or
         several as one ensemble.
 
-        :param path: the checkpoint file, read as data (it cannot run code); a list of files (or
-            ``"a.pt+b.pt"``) decodes as an ensemble (:mod:`nmt.ensemble`) with the first one's
-            decoding settings.
+        :param path: the checkpoint file, read as data (it cannot run code), or a run folder (its
+            ``checkpoints/best.pt``); a list of files (or ``"a.pt+b.pt"``) decodes as an ensemble
+            (:mod:`nmt.ensemble`) with the first one's decoding settings.
         :param ensemble_rule: how an ensemble combines its members: ``log_mean`` or ``mean``.
         :param precision: ``fp32``, or ``int8``: dynamically quantized linear layers and encoder GRU,
             for faster translation on a CPU (:mod:`nmt.quantization`).

@@ -1,6 +1,7 @@
 """``nmt.align``: Pharaoh links within the words of each pair, one per target word with argmax;
 the translate-then-align mode; soft weights; AER against gold links (0 against the model's own
-links), with the symmetrised directions nested as they must be; bad input refused in one line."""
+links), with the symmetrised directions nested as they must be; bad input, and a reverse model
+that does not translate the other way, refused in one line."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import SmokeRun
 
+from nmt.checkpoint import load_checkpoint
 from nmt.evaluation.word_alignment import parse_pharaoh
 
 
@@ -28,6 +31,14 @@ def _align(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def pair_files(smoke_run: SmokeRun, tmp_path: Path) -> tuple[Path, Path]:
     return _write(tmp_path / "src.txt", smoke_run.test_src), _write(tmp_path / "tgt.txt", smoke_run.test_tgt)
+
+
+def _labelled(smoke_run: SmokeRun, path: Path, src_lang: str, tgt_lang: str) -> Path:
+    """The smoke checkpoint with other language labels (``tgt``, ``src``: a stand-in for a reverse model)."""
+    payload = load_checkpoint(smoke_run.checkpoint)
+    payload["config"]["data"]["src_lang"], payload["config"]["data"]["tgt_lang"] = src_lang, tgt_lang
+    torch.save(payload, path)
+    return path
 
 
 def test_links_lie_within_each_pair(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
@@ -83,8 +94,9 @@ def test_aer_against_gold_links(smoke_run: SmokeRun, pair_files, tmp_path: Path)
     own = tmp_path / "own.txt"
     assert _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"output={own}").returncode == 0
     report = tmp_path / "aer.json"
+    reverse = _labelled(smoke_run, tmp_path / "reverse.pt", "tgt", "src")
     proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"gold={own}", f"report={report}",
-                  f"reverse_ckpt={smoke_run.checkpoint}", f"output={tmp_path / 'sym.txt'}")  # fmt: skip
+                  f"reverse_ckpt={reverse}", f"output={tmp_path / 'sym.txt'}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
     assert scores["forward"] == {"aer": 0.0, "precision": 1.0, "recall": 1.0, "links": scores["forward"]["links"]}
@@ -113,3 +125,17 @@ def test_bad_input_is_one_line(smoke_run: SmokeRun, pair_files, tmp_path: Path, 
     proc = _align(f"ckpt={smoke_run.checkpoint}", *filled)
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert proc.returncode == 2 and len(errors) == 1 and re.search(message, errors[0]), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("labels", "direction"), [(("src", "tgt"), "src->tgt"), (("tgt", "xx"), "tgt->xx")],
+                         ids=["same-direction", "other-languages"])  # fmt: skip
+def test_a_reverse_model_must_translate_the_other_way(smoke_run: SmokeRun, pair_files, tmp_path: Path,
+                                                      labels: tuple[str, str], direction: str) -> None:  # fmt: skip
+    src, tgt = pair_files
+    reverse = _labelled(smoke_run, tmp_path / "reverse.pt", *labels)
+    proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"reverse_ckpt={reverse}")
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert (f"reverse_ckpt={reverse} translates {direction}, but ckpt={smoke_run.checkpoint} translates src->tgt: "
+            "the reverse model must translate tgt->src") in errors[0]  # fmt: skip
+    assert not proc.stdout

@@ -171,6 +171,58 @@ def test_a_checkpoint_missing_a_part_is_one_line(kind: str, smoke_run, tmp_path:
     assert sorted(os.listdir(tmp_path)) == ["odd.pt", "src.txt"]  # no output, no eval folder
 
 
+SEARCH_PROBLEMS = {  # a change to a checkpoint's train.search, and what the refusal says
+    "missing_key": (lambda search: search.pop("max_len_b"), "train.search.max_len_b is missing"),
+    "extra_key": (lambda search: search.update(beam=4), "train.search.beam is not a decoding setting"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SEARCH_PROBLEMS))
+def test_a_checkpoints_decoding_settings_are_checked_by_every_command(kind: str, smoke_run, tmp_path: Path) -> None:
+    change, message = SEARCH_PROBLEMS[kind]
+    payload = load_checkpoint(smoke_run.checkpoint)
+    change(payload["config"]["train"]["search"])
+    path = tmp_path / "odd.pt"
+    torch.save(payload, path)
+    src = tmp_path / "src.txt"
+    src.write_text("toga sala\n", encoding="utf-8")
+    commands = {
+        "nmt.translate": [f"ckpt={path}", f"input={src}"],
+        "nmt.demo": [f"ckpt={path}", "port=0"],
+        "nmt.align": [f"ckpt={path}", f"src={src}", f"tgt={src}"],
+    }
+    for module, args in commands.items():
+        _one_line_refusal(_run(module, args, tmp_path, timeout=60), str(path), message)
+
+
+def test_resuming_a_checkpoint_whose_weights_do_not_fit_its_config_is_one_line(smoke_run, tmp_path: Path,
+                                                                               in_process) -> None:  # fmt: skip
+    """Checked when the file is read, before the data is prepared or anything is allocated."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run.folder, run)
+    last = run / "checkpoints" / "last.pt"
+    payload = load_checkpoint(last)
+    payload["model"]["decoder.output.bias"] = payload["model"]["decoder.output.bias"][:-1].clone()
+    torch.save(payload, last)
+    before = _snapshot(run)
+    budget = payload["config"]["train"]["max_epochs"] + 1  # not finished: the run would continue
+    overrides = ["experiment=smoke", f"data.cache_dir={tmp_path / 'cache'}", "train.device=cpu", "train.num_heatmaps=0",
+                 "train.resume=auto", f"train.max_epochs={budget}"]  # fmt: skip
+    with pytest.raises(CheckpointError, match="do not fit the model its config describes: decoder.output.bias") as error:
+        train_in_process(overrides, run)
+    assert str(last) in str(error.value) and "\n" not in str(error.value)
+    assert _snapshot(run) == before and not (tmp_path / "cache").exists()
+
+
+def test_a_run_folder_is_read_as_its_best_checkpoint(smoke_run, tmp_path: Path) -> None:
+    src = tmp_path / "src.txt"
+    src.write_text("toga sala\n", encoding="utf-8")
+    proc = _run("nmt.translate", [f"ckpt={smoke_run.folder}", f"input={src}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert f"is a run folder: using its best checkpoint, {smoke_run.checkpoint}" in proc.stderr.decode()
+    assert proc.stdout.decode().strip()
+
+
 # --------------------------------------------------------------------------- a run folder is never overwritten by accident
 
 TINY = [
