@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import direction, load_checkpoint
 from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.data.synthetic import gold_links
@@ -138,6 +138,11 @@ def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelT
     if cfg.src is not None:
         text = ParallelText(read_lines(cfg.src), read_lines(cfg.ref), str(cfg.src), str(cfg.ref))
     elif payloads:
+        directions = {name: direction(payload["config"]) for name, payload in payloads.items()}
+        if len(set(directions.values())) > 1:
+            shown = ", ".join(f"ckpt {name} translates {way}" for name, way in directions.items())
+            raise DataError(f"the checkpoints translate different directions ({shown}): no split is a test set of "
+                            "all of them; evaluate each direction on its own")  # fmt: skip
         for name, payload in payloads.items():
             kind = corpus_kind(payload["config"]["data"])
             if kind not in SPLIT_CORPORA:

@@ -589,3 +589,20 @@ def test_ties_are_never_called_significant_and_short_bins_are_flagged() -> None:
     table = format_report(report)
     assert "*" not in table.split("\n! ")[0], table
     assert "too short for 4-grams" in table
+
+
+def test_checkpoints_of_two_directions_are_named_with_their_directions(synthetic_checkpoints: dict[str, Path],
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    """No split of a corpus is the test set of both directions: say so, rather than that the splits differ."""
+    payload = load_checkpoint(synthetic_checkpoints["bahdanau"])
+    data = payload["config"]["data"]
+    data["src_lang"], data["tgt_lang"] = data["tgt_lang"], data["src_lang"]
+    turned = tmp_path / "turned.pt"
+    torch.save(payload, turned)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"ckpt=[forward:{synthetic_checkpoints['bahdanau']},backward:{turned}]",
+                                             f"out_dir={tmp_path / 'out'}", "threads=1"])  # fmt: skip
+    named = r"\(ckpt forward translates src->tgt, ckpt backward translates tgt->src\)"
+    with pytest.raises(DataError, match=f"the checkpoints translate different directions {named}"):
+        evaluate(cfg)
+    assert not (tmp_path / "out").exists()
