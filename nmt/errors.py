@@ -48,7 +48,8 @@ def instantiation_message(error: InstantiationException) -> str:
 def command_errors(log: logging.Logger, interrupted: str = "interrupted") -> Iterator[None]:
     """Report what goes wrong inside the block as one line on ``log`` and exit (see module docstring).
 
-    :param interrupted: the line for a KeyboardInterrupt that reaches the block's end.
+    :param interrupted: the line for a KeyboardInterrupt that reaches the block's end, unless it
+        carries its own (``KeyboardInterrupt("interrupted: OUT.partial holds ...")``).
     """
     try:
         yield
@@ -61,6 +62,6 @@ def command_errors(log: logging.Logger, interrupted: str = "interrupted") -> Ite
     except (OSError, FloatingPointError) as e:
         log.error("%s", " ".join(str(e).split()))
         sys.exit(FAILURE)
-    except KeyboardInterrupt:
-        log.error("%s", interrupted)
+    except KeyboardInterrupt as e:  # a command may say what it kept: KeyboardInterrupt("...")
+        log.error("%s", str(e) or interrupted)
         sys.exit(INTERRUPTED)

@@ -10,8 +10,9 @@ rename), so that no file is ever half written under its final name. What a user 
 - A symbolic link is written through: the file it points to gets the new content, the link stays.
 - Anything else (a FIFO, a terminal, ``/dev/stdout``, ``/dev/null``, a process substitution) is
   written directly: there is no file to replace, and replacing the name would break the device.
-- An output that is a folder, that is one of the command's inputs, or whose parent cannot be made
-  is refused by :func:`check_output` with one line naming the key and what to do.
+- An output that is a folder (or ends in ``/``), that is one of the command's inputs, or whose
+  parent cannot be made is refused by :func:`check_output` with one line naming the key and what
+  to do.
 
 Figures, and the files of a folder that holds many (``attention_dir``), are written with
 :func:`atomic_write_bytes` under their own names: a symbolic link found there is replaced by the
@@ -104,9 +105,12 @@ def check_output(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) 
 
     :param key: the config key or option that named it (``output``, ``--output``), for the message.
     :param inputs: the command's input files; the output must be none of them.
-    :raise ConfigError: a folder, one of ``inputs``, a file this user may not write, or a parent
-        that is a file or a folder this user may not write in.
+    :raise ConfigError: a folder (or a path ending in ``/``, which names one), one of ``inputs``, a
+        file this user may not write, or a parent that is a file or a folder this user may not
+        write in.
     """
+    if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and write a file of the folder's name
+        raise ConfigError(f"{key}={path} names a folder; give a file path, e.g. {key}={path}out.txt")
     path = Path(path)
     for source in inputs:
         if str(source) != "-" and same_file(path, source):

@@ -32,7 +32,7 @@ from nmt.data.text import BAD_UTF8, DataError, decode_lines, read_input
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import format_links, hard_links, word_attention
-from nmt.files import atomic_write_bytes, atomic_write_text, check_output, check_output_dir, write_command_output
+from nmt.files import atomic_write_bytes, atomic_write_text, check_output, check_output_dir, is_direct, write_command_output
 from nmt.plotting import attention_figure, figure_png
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SamplingSettings, SearchSettings
@@ -186,24 +186,68 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     log.info("loaded %s in %.1fs; translating %d lines on %s, %s", cfg.ckpt, load_seconds, len(lines), device,
              _method(settings, sampling))  # fmt: skip
 
+    if not lines:
+        log.warning("%s is empty: the output is empty too", cfg.input)
     start = time.perf_counter()
     bar = tqdm(total=len(lines), unit="sent", disable=not sys.stderr.isatty(), file=sys.stderr, leave=False)
-    translations = translate_lines(
-        model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device, max_src_len,
-        return_attention=cfg.attention_dir is not None, progress=bar.update, sampling=sampling,
-    )  # fmt: skip
-    bar.update(len(lines) - bar.n)  # the empty lines
-    bar.close()
+    texts, done, src_tokens, tgt_tokens, figures = [], 0, 0, 0, 0
+    block = block_lines(cfg.batch_size, cfg.batch_unit)
+    try:
+        for first in range(0, len(lines), block):  # line i of texts is always line i of the output
+            part = lines[first : first + block]
+            translations = translate_lines(
+                model, src_vocab, part, settings, cfg.batch_size, cfg.batch_unit, device, max_src_len,
+                return_attention=cfg.attention_dir is not None, progress=bar.update, first_line=first + 1,
+                sampling=sampling,
+            )  # fmt: skip
+            links = (hypothesis_links(model, src_vocab, tgt_vocab, part, translations, per_line, cfg.batch_size, device)
+                     if cfg.alignments else None)  # fmt: skip
+            texts.append(format_translations(translations, tgt_vocab, per_line, first_index=first, links=links))
+            if cfg.attention_dir is not None:
+                figures += write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=first)
+            src_tokens += sum(len(t.src_ids) for t in translations)
+            tgt_tokens += sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+            done = first + len(part)
+            bar.update(done - bar.n)  # the empty lines too
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(keep_partial(cfg.output, "".join(texts), done, len(lines))) from None
+    finally:
+        bar.close()
     seconds = time.perf_counter() - start
-    links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
-             if cfg.alignments else None)  # fmt: skip
-    write_command_output(cfg.output, format_translations(translations, tgt_vocab, per_line, links=links))
+    write_command_output(cfg.output, "".join(texts))
     if cfg.attention_dir is not None:
-        count = write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab)
-        log.info("wrote %d alignments to %s", count, cfg.attention_dir)
-    src_tokens = sum(len(t.src_ids) for t in translations)
-    tgt_tokens = sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+        log.info("wrote %d alignments to %s", figures, cfg.attention_dir)
     return _summary(len(lines), src_tokens, tgt_tokens, seconds, load_seconds)
+
+
+BLOCK_BATCHES = 16  # batches of lines translated together: a Ctrl-C loses at most the block in progress
+
+
+def block_lines(batch_size: int, batch_unit: str) -> int:
+    """The lines of a file translated together, as ``BLOCK_BATCHES`` batches sorted by length: an
+    interrupted translation keeps the blocks before. With ``batch_unit=tokens`` a batch of
+    ``batch_size`` subwords is counted as lines of 16 subwords."""
+    return BLOCK_BATCHES * (batch_size if batch_unit == "sentences" else max(1, batch_size // 16))
+
+
+def keep_partial(output: str, text: str, done: int, total: int) -> str:
+    """After Ctrl-C: keep ``text``, the output of the first ``done`` of ``total`` input lines, in
+    ``OUTPUT.partial`` (written atomically; ``output`` itself is left as it was).
+
+    :return: the line that says what was kept, and where.
+    """
+    if done == 0:
+        return "interrupted before any line was translated: nothing was written"
+    if output == "-" or is_direct(output):
+        return (f"interrupted after {done} of {total} lines: nothing was written (the translations go to {output} "
+                "at the end; with output=FILE, FILE.partial keeps the lines done)")  # fmt: skip
+    partial = f"{output}.partial"
+    try:
+        atomic_write_text(partial, text)
+    except OSError as e:
+        return f"interrupted after {done} of {total} lines; they could not be kept: {' '.join(str(e).split())}"
+    return (f"interrupted: {partial} holds the translations of the first {done} of {total} input lines; "
+            f"{output} is as it was")  # fmt: skip
 
 
 def translate_stream(cfg: DictConfig) -> dict[str, float]:
@@ -219,32 +263,35 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
              _method(settings, sampling))  # fmt: skip
     done = src_tokens = tgt_tokens = 0
     pending, start, fd = b"", time.perf_counter(), sys.stdin.fileno()
-    while True:
-        chunk = os.read(fd, 1 << 16)  # blocks until some input, or the end, is there
-        if chunk:
-            pending += chunk
-            if b"\n" not in pending:
-                continue
-            complete, pending = pending.rsplit(b"\n", 1)  # whole lines now; a partial one waits
-        elif pending:  # the end, after a last line without a newline
-            complete, pending = pending, b""
-        else:
-            break
-        try:
-            lines = decode_lines(complete + b"\n", "<stdin>", errors, first_line=done + 1)
-        except DataError as e:
-            raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
-        translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
-                                       max_src_len, return_attention=cfg.attention_dir is not None,
-                                       first_line=done + 1, sampling=sampling)  # fmt: skip
-        links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
-                 if cfg.alignments else None)  # fmt: skip
-        write_command_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done, links=links))
-        if cfg.attention_dir is not None:
-            write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
-        done += len(lines)
-        src_tokens += sum(len(t.src_ids) for t in translations)
-        tgt_tokens += sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 16)  # blocks until some input, or the end, is there
+            if chunk:
+                pending += chunk
+                if b"\n" not in pending:
+                    continue
+                complete, pending = pending.rsplit(b"\n", 1)  # whole lines now; a partial one waits
+            elif pending:  # the end, after a last line without a newline
+                complete, pending = pending, b""
+            else:
+                break
+            try:
+                lines = decode_lines(complete + b"\n", "<stdin>", errors, first_line=done + 1)
+            except DataError as e:
+                raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
+            translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
+                                           max_src_len, return_attention=cfg.attention_dir is not None,
+                                           first_line=done + 1, sampling=sampling)  # fmt: skip
+            links = (hypothesis_links(model, src_vocab, tgt_vocab, lines, translations, per_line, cfg.batch_size, device)
+                     if cfg.alignments else None)  # fmt: skip
+            write_command_output("-", format_translations(translations, tgt_vocab, per_line, first_index=done, links=links))
+            if cfg.attention_dir is not None:
+                write_attention(cfg.attention_dir, translations, src_vocab, tgt_vocab, first_index=done)
+            done += len(lines)
+            src_tokens += sum(len(t.src_ids) for t in translations)
+            tgt_tokens += sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+    except KeyboardInterrupt:  # how a user typing ends the command
+        raise KeyboardInterrupt(f"interrupted after {done} lines, each written as it was translated") from None
     return _summary(done, src_tokens, tgt_tokens, time.perf_counter() - start, load_seconds)
 
 
@@ -260,7 +307,7 @@ def _summary(sentences: int, src_tokens: int, tgt_tokens: int, seconds: float, l
 @command("translate")
 def main(cfg: DictConfig) -> None:
     setup_logging()
-    with command_errors(log):
+    with command_errors(log, "interrupted before any line was translated: nothing was written"):
         try:
             if OmegaConf.is_missing(cfg, "ckpt"):
                 raise ConfigError("ckpt is required: python -m nmt.translate ckpt=RUN/checkpoints/best.pt ...")

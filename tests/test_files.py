@@ -56,3 +56,12 @@ def test_a_temporary_file_is_never_opened_through_a_link(tmp_path: Path, monkeyp
     with pytest.raises(FileExistsError):
         atomic_write_bytes(tmp_path / "figure.png", b"png")
     assert victim.read_bytes() == b"mine\n" and not (tmp_path / "figure.png").exists()
+
+
+@pytest.mark.parametrize("spelling", ["new/", "existing/", "existing"])
+def test_an_output_that_names_a_folder_is_refused(spelling: str, tmp_path: Path, monkeypatch) -> None:
+    """``output=outdir/`` wrote a file named ``outdir``: a trailing slash, or a folder that exists, is refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing").mkdir()
+    with pytest.raises(ConfigError, match=f"output={spelling} .*(names a folder|is a folder); give a file path"):
+        check_output(spelling, "output")

@@ -10,8 +10,10 @@ import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ from nmt.data.text import DataError, decode_lines
 from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.search import SearchSettings
-from nmt.translate import format_translations, read_input, translate, write_attention
+from nmt.translate import block_lines, format_translations, keep_partial, read_input, translate, write_attention
 from nmt.translator import translate_lines
 
 CPU = torch.device("cpu")
@@ -380,3 +382,64 @@ def test_a_pipe_gets_each_translation_before_the_next_line_is_sent(smoke_run: Sm
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     batch = _cli([f"ckpt={smoke_run.checkpoint}", f"input={tmp_path / 'in.txt'}"], tmp_path)
     assert answers == batch.stdout.decode().split("\n")[:-1] and answers[3] == ""
+
+
+# --------------------------------------------------------------------------- Ctrl-C, empty input
+
+
+def test_ctrl_c_keeps_the_lines_translated_so_far_in_output_partial(smoke_run: SmokeRun, tmp_path: Path,
+                                                                    in_process) -> None:  # fmt: skip
+    """A long file interrupted: the output is left as it was, OUTPUT.partial holds the translations
+    of a prefix of the input (line i of it is line i's translation, empty lines too), and the one
+    line logged says how many and where."""
+    lines = [line if i % 7 else "" for i, line in enumerate(smoke_run.test_src * 1000)]  # ~2 minutes of work
+    source, output = tmp_path / "big.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output.write_text("an earlier translation\n", encoding="utf-8")
+    args = [f"ckpt={smoke_run.checkpoint}", "beam_size=1", "batch_size=4", "threads=1"]
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.translate", *args, f"input={source}", f"output={output}"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while "loaded" not in proc.stderr.readline():
+        assert proc.poll() is None and time.monotonic() < deadline, "the model did not load"
+    time.sleep(3)  # a few hundred lines, of blocks of 64
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert output.read_text(encoding="utf-8") == "an earlier translation\n"
+    kept = Path(f"{output}.partial").read_text(encoding="utf-8").split("\n")[:-1]
+    assert 0 < len(kept) < len(lines) and len(kept) % block_lines(4, "sentences") == 0
+    assert err.strip().splitlines()[-1].endswith(
+        f"interrupted: {output}.partial holds the translations of the first {len(kept)} of {len(lines)} input lines; "
+        f"{output} is as it was")  # fmt: skip
+    assert "Traceback" not in err
+    prefix, expected = tmp_path / "prefix.txt", tmp_path / "expected.txt"
+    prefix.write_text("\n".join(lines[: len(kept)]) + "\n", encoding="utf-8")
+    translate(translate_cfg(**dict(a.split("=", 1) for a in args), input=prefix, output=expected))
+    assert kept == expected.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_an_interruption_before_any_line_or_into_standard_output_writes_nothing(tmp_path: Path) -> None:
+    output = tmp_path / "out.txt"
+    assert keep_partial(str(output), "", 0, 10) == "interrupted before any line was translated: nothing was written"
+    assert keep_partial("-", "a\n", 1, 10).startswith("interrupted after 1 of 10 lines: nothing was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_input_file_gives_an_empty_output(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    """An empty file is an empty list of sentences: its translation is empty too (a pipeline's
+    stage with nothing to do), and the log says so."""
+    empty, output = tmp_path / "empty.txt", tmp_path / "out.txt"
+    empty.write_bytes(b"")
+    proc = _cli([f"ckpt={smoke_run.checkpoint}", f"input={empty}", f"output={output}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert output.read_bytes() == b"" and f"{empty} is empty: the output is empty too" in proc.stderr.decode()
+
+
+def test_an_output_ending_in_a_slash_is_refused_not_written_as_a_file(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text(smoke_run.test_src[0] + "\n", encoding="utf-8")
+    proc = _cli([f"ckpt={smoke_run.checkpoint}", f"input={source}", "output=outdir/"], tmp_path)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "output=outdir/ names a folder; give a file path" in err
+    assert len(err.strip().splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
