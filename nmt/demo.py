@@ -258,6 +258,9 @@ def _handler(explorer: Explorer, idle_timeout: float) -> type[BaseHTTPRequestHan
     class Handler(BaseHTTPRequestHandler):
         server: ExplorerServer
         server_version = "nmt-explorer"
+        # the version of a reply to a request line that cannot be read: HTTP/1.0, so that the reply
+        # has a status line (the standard library's default, HTTP/0.9, sends a bare error page)
+        default_request_version = "HTTP/1.0"
         timeout = idle_timeout  # StreamRequestHandler.setup puts it on the socket
         body_read = False
 
