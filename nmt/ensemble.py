@@ -38,6 +38,7 @@ from nmt.decoder import DecoderState
 from nmt.errors import CheckpointError
 from nmt.model import Seq2Seq
 from nmt.quantization import check_precision, quantize
+from nmt.transformer import TransformerDecoder
 from nmt.vocab import Vocab
 
 RULES = ("log_mean", "mean")
@@ -82,6 +83,13 @@ class Ensemble(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(m.num_parameters() for m in self.members)
+
+    def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
+        """The same choice of cross-attention layer and heads for every Transformer member (an RNN
+        member keeps its one attention)."""
+        for member in self.members:
+            if isinstance(member.decoder, TransformerDecoder) or (layer is None and heads is None):
+                member.set_alignment(layer, heads)
 
     def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EnsembleMemory, DecoderState]:
         """:param src: (B, S) long. :param src_lens: (B,) long (CPU).

@@ -32,6 +32,7 @@ from nmt.evaluation.word_alignment import (
     Link,
     aer_by_bin,
     alignment_error_rate,
+    choose_attention,
     diagonal_links,
     format_links,
     hard_links,
@@ -189,6 +190,13 @@ def alignment_scores(links: list[set[Link]], gold: list[GoldAlignment], bin_ids,
             "bins": [{"lo": lo, "hi": hi, **b} for lo, hi, b in zip(bounds, [*report["edges"], None], per_bin)]}  # fmt: skip
 
 
+def reference_links(model, src_vocab, tgt_vocab, text: ParallelText, cfg: DictConfig, device) -> list[set[Link]]:
+    """The reference force-decoded, each target word linked by the model's attention (``alignments.*``)."""
+    matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device,
+                              cfg.alignments.shift)  # fmt: skip
+    return [hard_links(m, cfg.alignments.method, cfg.alignments.threshold) for m in matrices]
+
+
 def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
     """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs),
     and the word alignments it writes where gold ones are known."""
@@ -236,18 +244,23 @@ def evaluate(cfg: DictConfig) -> dict:
     for name, hyps in systems.items():
         if len(hyps) != len(text.src):
             raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
-    decoded, searches, links = {}, {}, {}
+    decoded, searches, links, layer_links = {}, {}, {}, {}
     files: dict[Path, str] = {}  # written with the report, once everything is computed: a failed command writes nothing
     for name, payload in payloads.items():
-        log.info("decoding %d sentences with %s", len(text.src), checkpoints[name])
+        log.info("decoding %d sentences with %s (precision %s)", len(text.src), checkpoints[name], cfg.precision)
         try:
             settings = SearchSettings.from_checkpoint(payload["config"]["train"]["search"], cfg.search)
             model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule,
                                                                    cfg.precision)
+            layers = model.cross_attention_layers if isinstance(model, Seq2Seq) else 1  # per layer: single models
+            if isinstance(model, Ensemble) or layers > 1:  # an RNN system keeps its one attention
+                choose_attention(model, cfg.alignments.layer, cfg.alignments.heads)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
             if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
-                matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device)
-                links[name] = [hard_links(m, cfg.alignments.method, cfg.alignments.threshold) for m in matrices]
+                links[name] = reference_links(model, src_vocab, tgt_vocab, text, cfg, device)
+                for layer in range(layers if layers > 1 else 0):  # each Transformer layer, all heads
+                    choose_attention(model, layer, None)
+                    layer_links.setdefault(name, []).append(reference_links(model, src_vocab, tgt_vocab, text, cfg, device))
         except (CheckpointError, KeyError, TypeError) as e:
             raise CheckpointError(f"{checkpoints[name]}: {e if isinstance(e, CheckpointError) else repr(e)}") from None
         searches[name] = asdict(settings)
@@ -272,8 +285,13 @@ def evaluate(cfg: DictConfig) -> dict:
         report["word_alignment"] = {"gold": gold_name, "method": cfg.alignments.method,
                                     "threshold": cfg.alignments.threshold,
                                     DIAGONAL: alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
+        report["word_alignment"].update(shift=cfg.alignments.shift, layer=cfg.alignments.layer, heads=cfg.alignments.heads)
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
+            if name in layer_links:  # a Transformer's every cross-attention layer, heads averaged
+                report["systems"][name]["word_alignment"]["layers"] = [
+                    alignment_scores(one, gold, bin_ids, report) for one in layer_links[name]
+                ]
             files[out_dir / "word_alignments" / f"{name}.txt"] = "".join(format_links(one) + "\n" for one in system_links)
         if gold_name == SYNTHETIC_GOLD:
             files[out_dir / "gold_alignments.txt"] = "".join(format_links(g.sure) + "\n" for g in gold)
