@@ -102,11 +102,13 @@ def align(cfg: DictConfig) -> dict:
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule, cfg.precision)
+    log.info("loaded %s (precision %s) on %s", cfg.ckpt, cfg.precision, device)
     if not model.has_alignment:
         raise ConfigError(f"ckpt={cfg.ckpt}: this model has no attention (model.attention=none); nothing to align")
     choose_attention(model, cfg.align.layer, cfg.align.heads)
     if cfg.reverse_ckpt is not None:
         reverse, rev_src, rev_tgt, rev_config = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule, cfg.precision)
+        log.info("loaded %s (precision %s) on %s", cfg.reverse_ckpt, cfg.precision, device)
         check_reverse(cfg, config, rev_config)
         choose_attention(reverse, cfg.align.layer, cfg.align.heads)
     translated = targets is None

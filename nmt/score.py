@@ -128,6 +128,7 @@ def score(cfg: DictConfig) -> dict[str, float]:
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     model, src_vocab, tgt_vocab, config = load_system(cfg.ckpt, device, cfg.ensemble_rule, cfg.precision)
+    log.info("loaded %s (precision %s) on %s", cfg.ckpt, cfg.precision, device)
     penalty = cfg.length_penalty if cfg.length_penalty is not None else config.train.search.length_penalty
     alpha = cfg.alpha if cfg.alpha is not None else config.train.search.alpha
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len

@@ -183,8 +183,8 @@ def translate(cfg: DictConfig) -> dict[str, float]:
     sampling = sampling_from_config(cfg)
     model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
     per_line = sampling.n if sampling is not None else settings.n_best
-    log.info("loaded %s in %.1fs; translating %d lines on %s, %s", cfg.ckpt, load_seconds, len(lines), device,
-             _method(settings, sampling))  # fmt: skip
+    log.info("loaded %s in %.1fs (precision %s); translating %d lines on %s, %s", cfg.ckpt, load_seconds,
+             cfg.precision, len(lines), device, _method(settings, sampling))  # fmt: skip
 
     if not lines:
         log.warning("%s is empty: the output is empty too", cfg.input)
@@ -259,8 +259,8 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
     model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
     per_line = sampling.n if sampling is not None else settings.n_best
     errors = "strict" if cfg.on_bad_utf8 == "error" else "replace"
-    log.info("loaded %s; translating standard input line by line as it arrives, %s", cfg.ckpt,
-             _method(settings, sampling))  # fmt: skip
+    log.info("loaded %s (precision %s); translating standard input line by line as it arrives, %s", cfg.ckpt,
+             cfg.precision, _method(settings, sampling))  # fmt: skip
     done = src_tokens = tgt_tokens = 0
     pending, start, fd = b"", time.perf_counter(), sys.stdin.fileno()
     try:

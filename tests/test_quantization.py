@@ -67,9 +67,16 @@ def test_the_commands_take_precision_int8(smoke_run: SmokeRun, tmp_path: Path) -
     int8 = run("nmt.translate", f"ckpt={smoke_run.checkpoint}", f"input={source}", "threads=1", "precision=int8")
     assert fp32.returncode == int8.returncode == 0, int8.stderr
     assert len(int8.stdout.splitlines()) == 5
+    assert "(precision int8)" in int8.stderr and "(precision fp32)" in fp32.stderr  # the load line says which
     bad = run("nmt.translate", f"ckpt={smoke_run.checkpoint}", f"input={source}", "precision=int4")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("precision='int4': choose one of fp32, int8")
     assert "Traceback" not in bad.stderr
     scored = run("nmt.evaluate", f"ckpt={smoke_run.checkpoint}", "split=test", f"out_dir={tmp_path / 'eval'}",
                  "precision=int8", "n_bootstrap=0", "significance=none", "alignments.num=0", "threads=1")  # fmt: skip
     assert scored.returncode == 0, scored.stderr[-2000:]
+    assert "(precision int8)" in scored.stderr
+    target = tmp_path / "out.txt"
+    target.write_text(int8.stdout, encoding="utf-8")
+    for command in ("nmt.score", "nmt.align"):
+        done = run(command, f"ckpt={smoke_run.checkpoint}", f"src={source}", f"tgt={target}", "precision=int8", "threads=1")
+        assert done.returncode == 0 and f"loaded {smoke_run.checkpoint} (precision int8) on cpu" in done.stderr, done.stderr
