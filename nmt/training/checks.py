@@ -166,7 +166,7 @@ def _check_model(cfg: DictConfig) -> None:
     check_attention_fits(OmegaConf.select(cfg, "model.attention._target_"), OmegaConf.select(cfg, "model.decoder._target_"))
     check_int(cfg, "model.emb_dim", 1)
     rates = ["model.dropout", "model.src_word_dropout", "model.tgt_word_dropout"]
-    for role in ("encoder", "attention", "decoder"):
+    for role in ("encoder", "decoder", "attention"):  # the attention's sizes interpolate the decoder's: its own first
         node = _select(cfg, f"model.{role}")
         keys = [str(k) for k in node] if isinstance(node, DictConfig) else []
         for key in keys:
