@@ -112,6 +112,24 @@ def test_status_says_what_is_finished_and_estimates_the_time_left(tmp_path: Path
     assert table[-1].startswith("About 32 minutes of training left, 16 of wall time with --jobs 2")
 
 
+def test_status_gives_no_number_before_anything_has_been_trained(tmp_path: Path) -> None:
+    """Before: "About 0 minutes of training left" for a study that had not begun."""
+    study = nmt.study
+    runs = {}
+    for model in ("none", "bahdanau"):
+        run_dir = study.run_path(tmp_path, model, 1)
+        run_dir.mkdir(parents=True)
+        runs[(model, 1)] = (run_dir, {"train": {"max_steps": 0, "max_epochs": 2, "accum_steps": 1}})
+    table = study.status_table(runs, jobs=2)
+    assert table[2] == "| none | 1 | not started | - | - | - |"
+    assert table[-1] == ("Nothing has been trained yet: no estimate of the time left until a run has logged its pace "
+                         "(at its first validation).")  # fmt: skip
+    first = study.run_path(tmp_path, "none", 1) / "train.log"
+    first.write_text("[2026-11-30 10:00:00,000][nmt.train][INFO] - epoch 1: 100 batches\n", encoding="utf-8")
+    assert study.status_table(runs, jobs=2)[-1].startswith("No run has validated yet: no estimate")
+    assert "minutes" not in study.status_table(runs, jobs=2)[-1]
+
+
 def test_seeds_plan_the_runs() -> None:
     """Every model once per seed; --single-seed models with the first seed only."""
     study = nmt.study

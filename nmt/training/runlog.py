@@ -260,7 +260,7 @@ def status_table(runs: dict[tuple[str, int], tuple[Path, dict]], jobs: int) -> l
     records = {key: read_run(run_dir) for key, (run_dir, _) in runs.items()}
     finished = {key: r for key, r in records.items() if r.results and r.minutes}
     lines = ["| model | seed | state | best valid BLEU | wall min | min left (estimate) |", "|---|---:|---|---:|---:|---:|"]
-    left_total = 0.0
+    left_total, unknown = 0.0, 0
     for (model, seed), (_, config) in runs.items():
         record, best = records[(model, seed)], max((b for _, b in records[(model, seed)].valid_bleu), default=None)
         train = config["train"]
@@ -277,8 +277,17 @@ def status_table(runs: dict[tuple[str, int], tuple[Path, dict]], jobs: int) -> l
             same = [r.minutes for (m, _), r in finished.items() if m == model] or [r.minutes for r in finished.values()]
             left = statistics.median(same) if same else None
         left_total += left or 0.0
+        unknown += left is None
         lines.append(f"| {model} | {seed} | {state} | {_fmt(best, '.2f')} | {_fmt(record.minutes, '.1f')}"
                      f" | {_fmt(left, '.0f')} |")  # fmt: skip
-    lines += ["", f"About {left_total:.0f} minutes of training left, {left_total / jobs:.0f} of wall time with "
-              f"--jobs {jobs} (estimates from the runs' logged pace; unknown ones count as 0)."]  # fmt: skip
-    return lines
+    if all(r.results for r in records.values()):
+        closing = "Every run is finished: no training left."
+    elif unknown == len(runs):  # no run finished, none validated: no pace to go by
+        first = "Nothing has been trained yet" if not any(r.epochs_started for r in records.values()) else (
+            "No run has validated yet")  # fmt: skip
+        closing = f"{first}: no estimate of the time left until a run has logged its pace (at its first validation)."
+    else:
+        without = f"; {unknown} run(s) without an estimate yet are not counted" if unknown else ""
+        closing = (f"About {left_total:.0f} minutes of training left, {left_total / jobs:.0f} of wall time with "
+                   f"--jobs {jobs} (estimates from the runs' logged pace{without}).")  # fmt: skip
+    return [*lines, "", closing]
