@@ -19,15 +19,19 @@ import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from nmt.configs.help import command_help
 from nmt.errors import USAGE_ERROR
 from nmt.runtime import setup_logging
 from nmt.search import SearchOverrides, SearchSchema
 from nmt.training.settings import TrainSettings
 
 CONFIG_DIR = str(resources.files(__name__))  # the folder of the YAML files, in any install
+
+# each command's --help: configs/COMMAND.yaml sets hydra.help.template: ${nmt.help:COMMAND}
+OmegaConf.register_new_resolver("nmt.help", functools.partial(command_help, CONFIG_DIR), replace=True)
 
 _store = ConfigStore.instance()
 _store.store(group="train", name="schema", node=TrainSettings)

@@ -5,12 +5,15 @@ schedulers step; unknown options and misspelled keys fail loudly."""
 from __future__ import annotations
 
 import ast
+import string
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ATTENTIONS, CONFIG_DIR, build_tiny_model
+from conftest import ATTENTIONS, CONFIG_DIR, REPO_ROOT, build_tiny_model
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
@@ -19,6 +22,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 import nmt
 from nmt.configs import composition_problem
+from nmt.configs.help import command_help
 from nmt.data.corpora import load_corpus
 from nmt.data.subwords import VocabSettings
 from nmt.errors import ConfigError
@@ -315,3 +319,39 @@ def test_one_search_group_serves_training_translation_and_evaluation(compose_cfg
     for node in (translate, evaluate.search):
         assert {key: node[key] for key in default} == dict.fromkeys(default)
     SearchSettings(**compose_cfg().train.search)  # the defaults pass the one check
+
+
+# --------------------------------------------------------------------------- --help
+
+
+def test_translate_help_shows_its_own_options_only() -> None:
+    """Before, ``--help`` listed training's config groups and the schema nodes of the typed ones."""
+    proc = subprocess.run([sys.executable, "-m", "nmt.translate", "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "ckpt: ???  # a checkpoint written by nmt.train" in proc.stdout and "beam_size: null" in proc.stdout
+    for foreign in ("model/encoder", "train/scheduler", "experiment", "schema", "Configuration groups"):
+        assert foreign not in proc.stdout, foreign
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "score", "align", "demo"])
+def test_every_setting_of_a_command_is_in_its_help(command: str) -> None:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(command, return_hydra_config=True)
+    text = string.Template(cfg.hydra.help.template).substitute(FLAGS_HELP="", APP_CONFIG_GROUPS="", CONFIG="")  # as Hydra
+    assert text == command_help(CONFIG_DIR, command).replace("$$", "$")  # e.g. evaluate's $NMT_MULTI30K_DIR
+    for key in (k for k in cfg if k != "hydra"):
+        assert f"\n{key}: " in text or f"\n{key}:\n" in text, key
+    assert "model/" not in text and "train/" not in text
+
+
+def test_the_train_help_lists_its_groups_and_their_options_a_config_dirs_included(tmp_path: Path) -> None:
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "nmt.train", "--config-dir", str(tmp_path), "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for group in ("data", "model", "model/encoder", "model/attention", "model/decoder", "train/scheduler"):
+        assert f"\n  {group}: {', '.join(_options(group))}" in proc.stdout, group
+    assert f"\n  experiment: {', '.join(sorted([*_options('experiment'), 'mine']))}  (default: none)" in proc.stdout
+    assert "search" not in proc.stdout and "schema" not in proc.stdout
