@@ -5,6 +5,7 @@ in a real browser (Debian's headless chromium through selenium), with a screensh
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import urllib.error
@@ -136,6 +137,17 @@ def test_page_and_models_are_served(server: str) -> None:
     assert [m["name"] for m in info["models"]] == ["attention", "none"] and info["max_chars"] == 300
 
 
+def test_the_page_has_a_colour_scale_for_its_heatmaps(server: str) -> None:
+    """Before, nothing said what a cell's shade meant: each heatmap now gets this scale, 0 to 1."""
+    with urllib.request.urlopen(f"{server}/", timeout=30) as response:
+        html = response.read().decode()
+    template = re.search(r'<template id="scale">(.*?)</template>', html, re.S)
+    assert template, "no colour scale in the page"
+    labels = re.findall(r"<span[^>]*>([^<]*)</span>", template[1])
+    assert labels == ["0", "", "1", "attention weight"] and 'class="bar"' in template[1]
+    assert 'getElementById("scale").content.cloneNode' in html  # every heatmap gets one
+
+
 def test_http_errors_are_messages_and_the_server_keeps_serving(server: str, smoke_run: SmokeRun) -> None:
     status, answer = _post(server, b"{not json")
     assert status == 400 and "not valid JSON" in answer["error"]
@@ -231,6 +243,14 @@ def test_the_page_in_headless_chromium(server: str, explorer: Explorer, smoke_ru
         assert len(cells) == len(expected.src_tokens) * len(expected.tgt_tokens)
         assert all(0.0 <= float(c.get_attribute("data-weight")) <= 1.0 for c in cells)
         assert "←" in cells[0].get_attribute("title")
+        scale = driver.find_element(By.CSS_SELECTOR, f"{column} .scale")  # what a shade means, 0 to 1
+        assert scale.is_displayed() and scale.text.split() == ["0", "1", "attention", "weight"]
+        gradient = scale.find_element(By.CSS_SELECTOR, ".bar").value_of_css_property("background-image")
+        assert gradient.index("rgb(255, 255, 255)") < gradient.index("rgb(0, 0, 255)"), gradient
+        strongest = max(cells, key=lambda c: float(c.get_attribute("data-weight")))
+        shade = round(255 * (1 - float(strongest.get_attribute("data-weight"))))
+        assert strongest.value_of_css_property("background-color") in (f"rgb({shade}, {shade}, 255)",
+                                                                       f"rgba({shade}, {shade}, 255, 1)")  # fmt: skip
         none = driver.find_element(By.CSS_SELECTOR, 'section[data-model="none"]')
         assert "no attention" in none.find_element(By.CSS_SELECTOR, ".note").text
         assert not none.find_elements(By.CSS_SELECTOR, "table.heatmap")
