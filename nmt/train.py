@@ -98,7 +98,8 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = No
         run_dir = _same_folder_on_every_rank(run_dir, made, job)
         resume = check_run_folder(cfg, run_dir)  # may refuse the command: still nothing written
         if job.is_main:
-            log.info("run folder %s (%s)", run_dir.resolve(), f"continuing {resume.path}" if resume else "a new run")
+            what = f"continuing {resume.path.resolve()}" if resume else "a new run"
+            log.info("run folder %s (%s)", run_dir.resolve(), what)
         if resume is not None and resume.finished and (run_dir / "results.json").is_file():
             early.close()  # nothing is written: the run folder stays as it is
             return _already_finished(run_dir, resume)

@@ -10,6 +10,9 @@ Exactly one output line per input line, in order: lines are split at ``\\n`` onl
 gives an empty line; a line longer than ``max_src_len`` subwords is truncated (with a warning naming
 it), never dropped. With ``n_best > 1`` each input line gives up to ``n_best`` lines
 ``index<TAB>score<TAB>text`` (index = 0-based input line; an empty input line gives one).
+
+A file is translated in blocks of lines (:func:`block_lines`), each sorted by length into batches:
+Ctrl-C leaves the output as it was and writes the blocks finished to ``OUTPUT.partial``.
 """
 
 from __future__ import annotations

@@ -245,6 +245,7 @@ def test_the_hint_of_an_interrupted_run_alone_continues_it(tmp_path: Path) -> No
     assert proc.returncode == 0, output[-3000:]
     stopped = load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"]
     assert 8 <= stopped < 12
+    assert f"run folder {run.resolve()} (a new run)" in output  # where the run is, said at its start
     hint = _resume_hint(output)
     assert f"hydra.run.dir={run.resolve()}" in hint
 
@@ -257,7 +258,8 @@ def test_the_hint_of_an_interrupted_run_alone_continues_it(tmp_path: Path) -> No
     assert json.loads((run / "results.json").read_text())["steps"] == 24.0
     assert OmegaConf.load(run / "config.yaml").model.emb_dim == 16
     assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[: len(started)] == started
-    assert f"run folder {run.resolve()}: results.json" in done.stderr
+    assert f"run folder {run.resolve()} (continuing {run.resolve() / 'checkpoints' / 'last.pt'})" in done.stderr
+    assert f"run folder {run.resolve()}: results.json" in done.stderr  # and at its end
 
     refused = subprocess.run([*hint, "model.emb_dim=8"], cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2
