@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nmt.errors import ConfigError
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -47,11 +49,26 @@ def provenance() -> dict[str, object]:
     return {"versions": versions, "git_commit": commit, "git_dirty": dirty}
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when present, else the CPU; anything else is passed to torch."""
+def resolve_device(name: str, key: str = "device") -> torch.device:
+    """``auto`` picks CUDA when present, else the CPU; ``cpu``, ``cuda`` and ``cuda:<index>`` are
+    checked against what this process can see.
+
+    :param key: the setting's name in messages.
+    :raise ConfigError: one line for an unknown device, or a GPU that is not there.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{key}={name!r}: choose auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{key}={name!r}: no GPU is visible to this process; use {key}=auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{key}={name!r}: there are {torch.cuda.device_count()} GPUs (cuda:0 ...)")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{key}={name!r}: choose auto, cpu, cuda or cuda:<index>")
+    return device
 
 
 def set_threads(num_threads: int) -> None:

@@ -74,7 +74,7 @@ def setup(device_name: str, backend: str) -> Dist:
     :param backend: ``auto`` (nccl on GPUs, gloo on CPUs), ``gloo`` or ``nccl``.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    device = resolve_device(device_name)
+    device = resolve_device(device_name, "train.device")
     if world_size == 1:
         return Dist(0, 1, device)
     if device.type == "cuda":
