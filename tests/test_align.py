@@ -41,6 +41,7 @@ def _labelled(smoke_run: SmokeRun, path: Path, src_lang: str, tgt_lang: str) -> 
     return path
 
 
+@pytest.mark.slow
 def test_links_lie_within_each_pair(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
     src, tgt = pair_files
     out = tmp_path / "links.txt"
@@ -58,6 +59,7 @@ def test_links_lie_within_each_pair(smoke_run: SmokeRun, pair_files, tmp_path: P
     assert proc.returncode == 0 and proc.stdout.splitlines() == lines, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_translations_are_aligned_when_no_target_is_given(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
     src, _ = pair_files
     proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}")
@@ -79,6 +81,7 @@ def test_translations_are_aligned_when_no_target_is_given(smoke_run: SmokeRun, p
     assert all(len(parse_pharaoh(f[2].split(" ||| ")[1]).sure) == len(f[2].split(" ||| ")[0].split()) for f in fields)
 
 
+@pytest.mark.slow
 def test_soft_weights(smoke_run: SmokeRun, pair_files) -> None:
     src, tgt = pair_files
     proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", "format=soft")
@@ -89,6 +92,7 @@ def test_soft_weights(smoke_run: SmokeRun, pair_files) -> None:
         assert all(0 <= sum(row) <= 1.0001 for row in weights)  # the </s> column is left out
 
 
+@pytest.mark.slow
 def test_aer_against_gold_links(smoke_run: SmokeRun, pair_files, tmp_path: Path) -> None:
     src, tgt = pair_files
     own = tmp_path / "own.txt"
@@ -116,6 +120,7 @@ def test_aer_against_gold_links(smoke_run: SmokeRun, pair_files, tmp_path: Path)
     (["src={src}", "report={tmp}/r.json"], "report needs gold links"),
     (["src={src}", "tgt={src}", "gold={bad}"], r"bad.txt, line 1: 'a' is not a link"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_bad_input_is_one_line(smoke_run: SmokeRun, pair_files, tmp_path: Path, extra: list[str], message: str) -> None:
     import re
 
@@ -129,6 +134,7 @@ def test_bad_input_is_one_line(smoke_run: SmokeRun, pair_files, tmp_path: Path, 
 
 @pytest.mark.parametrize(("labels", "direction"), [(("src", "tgt"), "src->tgt"), (("tgt", "xx"), "tgt->xx")],
                          ids=["same-direction", "other-languages"])  # fmt: skip
+@pytest.mark.slow
 def test_a_reverse_model_must_translate_the_other_way(smoke_run: SmokeRun, pair_files, tmp_path: Path,
                                                       labels: tuple[str, str], direction: str) -> None:  # fmt: skip
     src, tgt = pair_files

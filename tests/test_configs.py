@@ -345,6 +345,7 @@ def test_every_setting_of_a_command_is_in_its_help(command: str) -> None:
     assert "model/" not in text and "train/" not in text
 
 
+@pytest.mark.slow
 def test_the_train_help_lists_its_groups_and_their_options_a_config_dirs_included(tmp_path: Path) -> None:
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\n", encoding="utf-8")

@@ -172,6 +172,7 @@ def test_every_guide_page_is_in_the_navigation_and_the_guide_table() -> None:
 # --------------------------------------------------------------------------- the config-folder guide
 
 
+@pytest.mark.slow
 def test_the_config_folder_example_composes_as_the_guide_says(tmp_path: Path) -> None:
     """The guide's YAML files (each block titled with its path, ``title="myconf/..."``) written out
     as shown, and its ``--cfg job`` commands run from the folder holding them."""

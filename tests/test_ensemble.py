@@ -181,6 +181,7 @@ def test_checkpoints_that_do_not_belong_together_are_refused(smoke_run: SmokeRun
         load_system(f"{ckpt}+{tmp_path / 'missing.pt'}", torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_translator_and_translate_decode_an_ensemble(smoke_run: SmokeRun, tmp_path: Path, in_process) -> None:
     """Two copies of one checkpoint translate as the checkpoint does, through the API and the command."""
     ckpt = str(smoke_run.checkpoint)
@@ -203,6 +204,7 @@ def test_translator_and_translate_decode_an_ensemble(smoke_run: SmokeRun, tmp_pa
     assert outputs[0] == outputs[1] == "".join(r.text + "\n" for r in alone)
 
 
+@pytest.mark.slow
 def test_evaluate_scores_an_ensemble_beside_its_member(smoke_run: SmokeRun, tmp_path: Path) -> None:
     ckpt = smoke_run.checkpoint
     source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"

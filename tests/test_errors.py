@@ -36,6 +36,7 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.slow
 def test_a_bad_checkpoint_is_one_line_and_status_2_everywhere(command: str, smoke_run: SmokeRun, tmp_path: Path) -> None:
     ckpt = _incomplete_checkpoint(smoke_run, tmp_path)
     (tmp_path / "in.txt").write_text("toga sala\n", encoding="utf-8")
@@ -67,6 +68,7 @@ def test_command_errors_maps_each_error_to_one_line_and_a_status(error: BaseExce
                                            (["-m", "nmt.translate", "ckpt=x.pt", "beam_size=wide"], "beam_size"),
                                            (["-m", "nmt.evaluate", "out_dir=o", "search.alpha=high"], "search.alpha"),
                                            (["-m", "nmt.demo", "n_bset=3"], "n_bset")])  # fmt: skip
+@pytest.mark.slow
 def test_a_command_line_that_does_not_compose_is_one_line_and_status_2(args: list[str], key: str, tmp_path: Path) -> None:
     """An unknown key or a wrongly typed value is refused by the config schema before the command
     runs: one line naming the key, status 2, nothing written (train makes no run folder)."""

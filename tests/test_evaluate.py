@@ -350,6 +350,7 @@ def write(path: Path, lines: list[str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_scores_hypothesis_files(tmp_path: Path) -> None:
     sources, refs, hyps = toy_test_set(80, seed=8, max_words=30)
     src, ref = write(tmp_path / "test.src", sources), write(tmp_path / "test.ref", refs)

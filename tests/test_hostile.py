@@ -99,6 +99,7 @@ def test_a_crafted_checkpoint_config_is_refused_before_anything_runs(attack: str
     assert not pwned.exists()
 
 
+@pytest.mark.slow
 def test_the_issue_probe_writes_nothing_through_any_command(smoke_run, tmp_path: Path) -> None:
     """translate, evaluate, the explorer and average all refuse the file in one line, exit 2."""
     pwned = tmp_path / "pwned"
@@ -156,6 +157,7 @@ MISSING_PARTS = {
 
 
 @pytest.mark.parametrize("kind", list(MISSING_PARTS))
+@pytest.mark.slow
 def test_a_checkpoint_missing_a_part_is_one_line(kind: str, smoke_run, tmp_path: Path) -> None:
     change, message = MISSING_PARTS[kind]
     path = tmp_path / "odd.pt"
@@ -178,6 +180,7 @@ SEARCH_PROBLEMS = {  # a change to a checkpoint's train.search, and what the ref
 
 
 @pytest.mark.parametrize("kind", list(SEARCH_PROBLEMS))
+@pytest.mark.slow
 def test_a_checkpoints_decoding_settings_are_checked_by_every_command(kind: str, smoke_run, tmp_path: Path) -> None:
     change, message = SEARCH_PROBLEMS[kind]
     payload = load_checkpoint(smoke_run.checkpoint)
@@ -214,6 +217,7 @@ def test_resuming_a_checkpoint_whose_weights_do_not_fit_its_config_is_one_line(s
     assert _snapshot(run) == before and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow
 def test_a_run_folder_is_read_as_its_best_checkpoint(smoke_run, tmp_path: Path) -> None:
     src = tmp_path / "src.txt"
     src.write_text("toga sala\n", encoding="utf-8")
@@ -265,6 +269,7 @@ def _train_cli(overrides: list[str], run: Path | None, cwd: Path, timeout: int =
     return _run("nmt.train", [*overrides, *where], cwd, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_training_into_a_finished_run_is_refused_and_changes_nothing(finished_run: Path, corpus, cache, tmp_path) -> None:
     """The issue's probe: a new run (another seed) into a finished run's folder replaced its best.pt
     and results.json and appended to its train.log."""
@@ -280,6 +285,7 @@ def test_training_into_a_finished_run_is_refused_and_changes_nothing(finished_ru
     assert _snapshot(finished_run) == before
 
 
+@pytest.mark.slow
 def test_a_failed_start_leaves_an_existing_folder_as_it_was_and_no_new_folder(corpus, cache, tmp_path: Path) -> None:
     """Mismatched files fail with the line-count error after the folder checks: an existing
     folder keeps its bytes (no config.yaml, .hydra/ or train.log), a new one is not left behind."""
@@ -312,11 +318,13 @@ def test_overwrite_starts_the_run_over(finished_run: Path, corpus, cache, tmp_pa
     assert "deleted the earlier run's" in (run / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_overwrite_and_resume_together_are_refused(finished_run: Path, corpus, cache, tmp_path: Path) -> None:
     proc = _train_cli(_tiny(corpus, cache, "train.overwrite=true", "train.resume=auto"), finished_run, tmp_path)
     _one_line_refusal(proc, "cannot be combined with train.resume")
 
 
+@pytest.mark.slow
 def test_runs_started_together_get_folders_of_their_own(corpus, cache, tmp_path: Path) -> None:
     """Two commands whose default folder name is the same (as for two runs started in the same
     second) each claim one: ``outputs/same`` and ``outputs/same-1``, each with its own results."""
@@ -362,6 +370,7 @@ def test_the_last_update_is_validated_and_saved_whatever_eval_every(corpus, cach
     assert load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"] == results["steps"]
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run: Path, corpus, cache, tmp_path) -> None:
     before = _snapshot(finished_run)
     proc = _train_cli(_tiny(corpus, cache, "train.max_steps=6", "train.eval_every=2", "train.resume=auto"),
@@ -437,6 +446,7 @@ def _translate(smoke_run, tmp_path: Path, *args: str, stdin: bytes = b"") -> sub
     return _run("nmt.translate", [f"ckpt={smoke_run.checkpoint}", "beam_size=1", *args], tmp_path, stdin=stdin)
 
 
+@pytest.mark.slow
 def test_output_dev_stdout_is_written_to_not_replaced(smoke_run, source: Path, tmp_path: Path) -> None:
     """Before, as root, output=/dev/stdout printed nothing and replaced /dev/stdout with a file."""
     kind = stat.S_IFMT(os.lstat("/dev/stdout").st_mode)  # a link to /proc/self/fd/1, or a device
@@ -446,6 +456,7 @@ def test_output_dev_stdout_is_written_to_not_replaced(smoke_run, source: Path, t
     assert stat.S_IFMT(os.lstat("/dev/stdout").st_mode) == kind
 
 
+@pytest.mark.slow
 def test_a_symlink_output_is_written_through(smoke_run, source: Path, tmp_path: Path) -> None:
     target, link = tmp_path / "real.txt", tmp_path / "link.txt"
     target.write_text("old\n", encoding="utf-8")
@@ -455,6 +466,7 @@ def test_a_symlink_output_is_written_through(smoke_run, source: Path, tmp_path: 
     assert link.is_symlink() and target.read_text().count("\n") == 2 and target.read_text() != "old\n"
 
 
+@pytest.mark.slow
 def test_a_fifo_output_is_written_directly(smoke_run, source: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -465,6 +477,7 @@ def test_a_fifo_output_is_written_directly(smoke_run, source: Path, tmp_path: Pa
     assert out.decode().count("\n") == 2 and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+@pytest.mark.slow
 def test_an_output_keeps_its_permission_bits_and_a_read_only_one_is_refused(smoke_run, source, tmp_path) -> None:
     shared = tmp_path / "shared.txt"
     shared.write_text("old\n", encoding="utf-8")
@@ -488,6 +501,7 @@ OUTPUT_REFUSALS = {
 
 
 @pytest.mark.parametrize("case", list(OUTPUT_REFUSALS))
+@pytest.mark.slow
 def test_a_bad_output_is_refused_before_any_work(case: str, smoke_run, source: Path, tmp_path: Path) -> None:
     make, message = OUTPUT_REFUSALS[case]
     args = [a.replace("CKPT", str(smoke_run.checkpoint)) for a in make(tmp_path)]
@@ -499,6 +513,7 @@ def test_a_bad_output_is_refused_before_any_work(case: str, smoke_run, source: P
 # --------------------------------------------------------------------------- inputs that are not plain files
 
 
+@pytest.mark.slow
 def test_dev_stdin_and_a_process_substitution_are_read(smoke_run, tmp_path: Path) -> None:
     proc = _translate(smoke_run, tmp_path, "input=/dev/stdin", f"output={tmp_path / 'a.txt'}", stdin=SOURCE.encode())
     assert proc.returncode == 0, proc.stderr.decode()
@@ -517,6 +532,7 @@ def test_a_folder_as_input_is_one_line(smoke_run, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- evaluate and average never write over an input
 
 
+@pytest.mark.slow
 def test_evaluate_never_writes_over_a_hypothesis_file_it_was_given(smoke_run, source: Path, tmp_path: Path) -> None:
     """Before, a checkpoint named best wrote OUT/hypotheses/best.txt over the hyps file of that path."""
     out = tmp_path / "out"
@@ -538,6 +554,7 @@ EVALUATE_REFUSALS = {
 
 
 @pytest.mark.parametrize("case", list(EVALUATE_REFUSALS))
+@pytest.mark.slow
 def test_evaluate_refuses_bad_inputs_in_one_line(case: str, source: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
@@ -548,6 +565,7 @@ def test_evaluate_refuses_bad_inputs_in_one_line(case: str, source: Path, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_average_never_replaces_a_resumable_checkpoint_or_an_input(finished_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)

@@ -219,6 +219,7 @@ def test_incomplete_rows_are_dropped_in_training_and_refused_in_evaluation(compo
         load_hub_splits(numbers)
 
 
+@pytest.mark.slow
 def test_train_command_refuses_a_bad_dataset_with_one_line(tmp_path: Path) -> None:
     overrides = _on_disk_default(tmp_path)
     command = [sys.executable, "-m", "nmt.train", "experiment=smoke", *overrides, "data.src_lang=fr",

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
@@ -25,6 +26,7 @@ def test_operators_are_sorted_into_the_kinds_the_docs_name() -> None:
     assert kind_of("aten::bernoulli_") == POINTWISE
 
 
+@pytest.mark.slow
 def test_the_profile_of_a_real_update_accounts_for_its_time(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "profile_update.py"), "--experiment", "smoke", "--updates", "2",

@@ -59,6 +59,7 @@ def test_a_precision_that_cannot_run_is_refused() -> None:
     check_precision("fp32", torch.device("cuda"))
 
 
+@pytest.mark.slow
 def test_the_commands_take_precision_int8(smoke_run: SmokeRun, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("\n".join(smoke_run.test_src[:5]) + "\n", encoding="utf-8")

@@ -68,6 +68,7 @@ def _sweep(overrides: list[str]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("where, app, overrides", COMMANDS, ids=[where for where, _, _ in COMMANDS])
+@pytest.mark.slow
 def test_documented_command_composes(where: str, app: str, overrides: list[str], tmp_path: Path) -> None:
     # placeholders a reader fills in: the Multi30k folder and elided checkpoint paths; hydra.* (the
     # run folder) belongs to the launcher, not the composed config

@@ -386,6 +386,7 @@ def cli_failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[in
         ("invalid value", "model.dropout=1.5: must be a probability in [0, 1)"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failures) -> None:
     code, output, run = cli_failures[name]
     assert code != 0 and message in output, output[-3000:]
@@ -439,6 +440,7 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
         ("+model.encoder.hiden_dim=3", "model.encoder.hiden_dim is not a setting of nmt.encoder.RNNEncoder"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_invalid_value_fails_before_training(override: str, message: str, corpus, cache, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         train_in_process(_overrides(corpus, cache, *override.split()), tmp_path / "run")
@@ -564,6 +566,7 @@ def finished_run(corpus: ToyCorpus, tmp_path_factory: pytest.TempPathFactory) ->
     ],
     ids=["model", "learning_rate", "subwords_and_seed"],
 )
+@pytest.mark.slow
 def test_resume_with_a_changed_model_or_optimizer_is_refused_and_changes_nothing(
     finished_run, corpus: ToyCorpus, change: list[str], named: str
 ) -> None:

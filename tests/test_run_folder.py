@@ -26,6 +26,7 @@ def _tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+@pytest.mark.slow
 def test_a_refused_start_keeps_the_working_folder_and_an_empty_outputs_folder(tmp_path: Path) -> None:
     """The default run folder (outputs/DATE/TIME): the working folder it starts in, empty, and an
     empty outputs/ of the user's stay; the folders made for the run go."""
@@ -38,6 +39,7 @@ def test_a_refused_start_keeps_the_working_folder_and_an_empty_outputs_folder(tm
     assert _tree(work) == ["outputs"]
 
 
+@pytest.mark.slow
 def test_a_refused_start_removes_only_the_folders_it_made_on_a_given_path(tmp_path: Path) -> None:
     """hydra.run.dir=an existing empty folder stays; hydra.run.dir=a/b/c with only a there: b and c go."""
     existing = tmp_path / "mine"

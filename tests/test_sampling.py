@@ -65,6 +65,7 @@ def test_a_sentences_samples_do_not_depend_on_its_batch() -> None:
     assert [[s.tokens for s in r] for r in other_seed] != [[s.tokens for s in r] for r in together]
 
 
+@pytest.mark.slow
 def test_translate_samples_reproducibly(smoke_run: SmokeRun, tmp_path: Path, in_process) -> None:
     source = tmp_path / "src.txt"
     source.write_text("".join(s + "\n" for s in smoke_run.test_src[:6]), encoding="utf-8")

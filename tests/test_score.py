@@ -58,6 +58,7 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
                           timeout=300)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_command_scores_greedy_translations_as_greedy_search_did(smoke_run: SmokeRun, tmp_path: Path, in_process):
     translator = Translator.from_checkpoint(smoke_run.checkpoint, device="cpu")
     sources = smoke_run.test_src[:20]
@@ -84,6 +85,7 @@ def test_the_command_scores_greedy_translations_as_greedy_search_did(smoke_run: 
     assert [float(row[1]) for row in rows] == pytest.approx([r["logprob"] for r in records], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_reranking_an_nbest_list_with_its_own_model_keeps_the_beams_choice(smoke_run: SmokeRun, tmp_path: Path) -> None:
     """Scored again by the model that wrote it, with its own length penalty, each n-best list's
     best is the beam's first hypothesis (where the text re-segments as the model wrote it)."""
@@ -109,6 +111,7 @@ def test_reranking_an_nbest_list_with_its_own_model_keeps_the_beams_choice(smoke
     (["tgt={short}", "rerank={tmp}/r.txt"], "rerank needs an n-best list"),
     (["tgt={short}", "format=csv"], "format='csv': choose one of jsonl, tsv"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_bad_input_is_one_line(smoke_run: SmokeRun, tmp_path: Path, extra: list[str], message: str) -> None:
     src = _write(tmp_path / "src.txt", smoke_run.test_src[:3])
     _write(tmp_path / "short.txt", ["x"])

@@ -143,6 +143,7 @@ def test_seeds_plan_the_runs() -> None:
             study.parse_args(["--data", "synthetic", "--out", "o", *bad])
 
 
+@pytest.mark.slow
 def test_runs_start_as_soon_as_any_finishes_and_a_failure_stops_the_rest(tmp_path: Path) -> None:
     study = nmt.study
     log = tmp_path / "log"
@@ -218,6 +219,7 @@ def _seed_report(seed: int, quality: dict[str, float], bins: tuple[int, ...] = (
     return score_systems(sources, sources, systems, LengthSettings(bins=bins, n_bootstrap=50))
 
 
+@pytest.mark.slow
 def test_aggregate_over_seeds_keeps_every_seed_and_its_mean_and_sd() -> None:
     study = nmt.study
     reports = {1: _seed_report(1, {"none": 0.8, "bahdanau": 0.9}), 2: _seed_report(2, {"none": 0.8, "bahdanau": 0.9}),
@@ -297,6 +299,7 @@ def test_alignment_error_rate_over_seeds() -> None:
     assert study.alignment_table({"word_alignment": None}) == []
 
 
+@pytest.mark.slow
 def test_the_length_result_skips_a_last_bin_with_too_few_sentences() -> None:
     """Multi30k's 25+ bin holds 4 test sentences: 'retained' then compares the longest bin that
     holds at least min_count (30) sentences with the first."""

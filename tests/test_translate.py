@@ -247,6 +247,7 @@ def _cli(args: list[str], cwd: Path, stdin: bytes = b"") -> subprocess.Completed
                           capture_output=True, timeout=120)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_pipes_stdin_to_stdout_and_leaves_the_directory_clean(smoke_run: SmokeRun, tmp_path: Path) -> None:
     lines = [smoke_run.test_src[6], "", "x\x0by\u2028z", smoke_run.test_src[7]]
     raw = "\n".join(lines).encode("utf-8")  # no final newline: still four lines
@@ -258,6 +259,7 @@ def test_cli_pipes_stdin_to_stdout_and_leaves_the_directory_clean(smoke_run: Smo
     assert list(tmp_path.iterdir()) == []  # no outputs/, .hydra/ or log file
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(smoke_run: SmokeRun, tmp_path: Path) -> None:
     broken = tmp_path / "broken.pt"
     broken.write_bytes(smoke_run.checkpoint.read_bytes()[:1000])
@@ -319,6 +321,7 @@ def test_the_checkpoints_own_decoding_is_the_default(smoke_run: SmokeRun, tmp_pa
 
 
 @pytest.mark.parametrize("spelling", ["same", "dotted", "symlink", "hardlink"])
+@pytest.mark.slow
 def test_output_that_is_the_input_is_refused_and_the_source_kept(
     spelling: str, smoke_run: SmokeRun, tmp_path: Path
 ) -> None:
@@ -343,6 +346,7 @@ def test_output_that_is_the_input_is_refused_and_the_source_kept(
     assert source.read_text(encoding="utf-8") == text
 
 
+@pytest.mark.slow
 def test_control_characters_become_spaces_with_a_warning_naming_the_line(smoke_run: SmokeRun, tmp_path: Path) -> None:
     first, second = smoke_run.test_src[0].split(" ", 1)
     raw = f"{smoke_run.test_src[1]}\n{first}\x00{second}\n".encode()
@@ -360,6 +364,7 @@ def test_search_keys_given_to_translate_are_checked_like_trainings(smoke_run: Sm
         translate(cfg)
 
 
+@pytest.mark.slow
 def test_a_pipe_gets_each_translation_before_the_next_line_is_sent(smoke_run: SmokeRun, tmp_path: Path) -> None:
     """Interactive use: the model loads once, and every line's translation comes back (flushed)
     while the next line has not been written yet; the answers equal the batch mode's."""
@@ -387,6 +392,7 @@ def test_a_pipe_gets_each_translation_before_the_next_line_is_sent(smoke_run: Sm
 # --------------------------------------------------------------------------- Ctrl-C, empty input
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_lines_translated_so_far_in_output_partial(smoke_run: SmokeRun, tmp_path: Path,
                                                                     in_process) -> None:  # fmt: skip
     """A long file interrupted: the output is left as it was, OUTPUT.partial holds the translations
@@ -426,6 +432,7 @@ def test_an_interruption_before_any_line_or_into_standard_output_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_empty_input_file_gives_an_empty_output(smoke_run: SmokeRun, tmp_path: Path) -> None:
     """An empty file is an empty list of sentences: its translation is empty too (a pipeline's
     stage with nothing to do), and the log says so."""

@@ -83,6 +83,7 @@ def with_long_piece(model_proto: bytes, length: int = 400_000) -> bytes:
     return model_proto + _message_field(1, _message_field(1, b"a" * length))
 
 
+@pytest.mark.slow
 def test_a_vocabulary_with_a_huge_piece_is_an_error_not_a_crash(tiny_vocab: Vocab, smoke_run: SmokeRun,
                                                                 tmp_path: Path) -> None:  # fmt: skip
     """sentencepiece 0.2.1 overflows its stack (SIGSEGV) loading a piece of ~100 KB or more
