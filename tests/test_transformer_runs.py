@@ -170,3 +170,29 @@ def test_the_runs_checkpoints_average_into_a_model(transformer_run: SmokeRun, tm
     weights = [load_checkpoint(p)["model"] for p in steps]
     for name, tensor in averaged.state_dict().items():
         torch.testing.assert_close(tensor, (weights[0][name] + weights[1][name]) / 2, msg=name)
+
+
+def test_samples_and_the_explorer_work_with_a_transformer(transformer_run: SmokeRun, smoke_run: SmokeRun,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    """Sampling draws reproducible translations; the explorer answers for a Transformer beside an
+    RNN with each one's translation, n-best list and attention."""
+    from nmt import Translator
+    from nmt.demo import Explorer, Limits
+
+    source = write_lines(tmp_path / "test.src", transformer_run.test_src[:5])
+    outputs = []
+    for run in range(2):
+        output = tmp_path / f"samples{run}.txt"
+        with process_restored():
+            translate(command_cfg("translate", ckpt=transformer_run.checkpoint, input=source, output=output,
+                                  device="cpu", sample=3, top_p=0.9))  # fmt: skip
+        outputs.append(output.read_text())
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 15
+    translators = {name: Translator.from_checkpoint(run.checkpoint, device="cpu")
+                   for name, run in (("transformer", transformer_run), ("rnn", smoke_run))}  # fmt: skip
+    explorer = Explorer(translators, Limits(max_chars=300, max_beam=8), paths={})
+    answer = explorer.translate({"text": transformer_run.test_src[0], "beam_size": 3, "n_best": 2})
+    for result in answer["results"]:
+        weights = np.array(result["attention"])
+        assert weights.shape == (len(result["tgt_tokens"]), len(result["src_tokens"])) and len(result["nbest"]) == 2
+        np.testing.assert_allclose(weights.sum(1), 1.0, atol=1e-3)
