@@ -365,8 +365,8 @@ class Trainer:
         if self.job.is_main:
             with self._averaged():
                 self._checkpoint("last.pt", train_state=state)
-            log.info("signal %d: saved %s; continue the run with: %s", signum,
-                     (self.run_dir / "checkpoints" / "last.pt").resolve(), resume_command(self.run_dir, self.job))  # fmt: skip
+            saved = (self.run_dir / "checkpoints" / "last.pt").resolve()
+            log.info("signal %d: saved %s; continue the run with: %s", signum, saved, resume_command(self.run_dir, self.job))
         return {"interrupted": 1.0, "steps": float(self.progress.step)}
 
     def finish(self) -> dict:
