@@ -212,20 +212,25 @@ class SmokeRun:
     test_tgt: list[str]
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
-    """``experiment=smoke`` trained once per session, in-process (~15 s on two cores)."""
+def train_smoke_run(folder: Path, *overrides: str, experiment: str = "smoke") -> SmokeRun:
+    """A small ``experiment`` (``smoke`` or ``smoke_transformer``) with ``overrides``, trained
+    in-process into ``folder / "run"``, with its cache beside it."""
     from nmt.data.corpora import load_corpus
     from nmt.train import train
 
-    folder = tmp_path_factory.mktemp("smoke_run")
-    overrides = ["experiment=smoke", f"data.cache_dir={folder / 'cache'}", "train.device=cpu", "train.num_heatmaps=0"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+        cfg = compose("train", overrides=[f"experiment={experiment}", f"data.cache_dir={folder / 'cache'}",
+                                          "train.device=cpu", *overrides])  # fmt: skip
     with process_restored():
         train(cfg, folder / "run")
     test = load_corpus(cfg.data)["test"].to_text()
     return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """``experiment=smoke`` trained once per session, in-process (~15 s on two cores)."""
+    return train_smoke_run(tmp_path_factory.mktemp("smoke_run"), "train.num_heatmaps=0")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIG_DIR, SmokeRun, process_restored, write_lines
+from conftest import CONFIG_DIR, SmokeRun, process_restored, train_smoke_run, write_lines
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -31,17 +31,7 @@ pytestmark = pytest.mark.slow  # each module trains a model first (~15 s on two 
 @pytest.fixture(scope="module")
 def transformer_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """``experiment=smoke_transformer`` trained once, in-process (~15 s on two cores)."""
-    from nmt.data.corpora import load_corpus
-    from nmt.train import train
-
-    folder = tmp_path_factory.mktemp("transformer_run")
-    overrides = ["experiment=smoke_transformer", f"data.cache_dir={folder / 'cache'}", "train.device=cpu"]
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    with process_restored():
-        train(cfg, folder / "run")
-    test = load_corpus(cfg.data)["test"].to_text()
-    return SmokeRun(folder / "run", folder / "run" / "checkpoints" / "best.pt", test.src, test.tgt)
+    return train_smoke_run(tmp_path_factory.mktemp("transformer_run"), experiment="smoke_transformer")
 
 
 def command_cfg(name: str, **values) -> object:
