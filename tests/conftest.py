@@ -265,3 +265,22 @@ def in_process():
     """The test may train or translate in this process (see :func:`process_restored`)."""
     with process_restored():
         yield
+
+
+@contextlib.contextmanager
+def serving(explorer, host: str = "127.0.0.1", **options) -> Iterator:
+    """The explorer (``nmt.demo.make_server(explorer, host, 0, **options)``) serving in a thread
+    until the block ends; yields the server (its port: ``server_address[1]``)."""
+    import threading
+
+    from nmt.demo import make_server
+
+    httpd = make_server(explorer, host, 0, **options)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)

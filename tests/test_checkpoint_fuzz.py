@@ -24,19 +24,18 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import CONFIG_DIR
+from conftest import CONFIG_DIR, serving
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from nmt.checkpoint import checkpoint_bytes
-from nmt.demo import Explorer, Limits, make_server
+from nmt.demo import Explorer, Limits
 from nmt.model import MODEL_CLASSES, build_model
 from nmt.translator import Translator
 from nmt.vocab import Vocab
@@ -348,22 +347,9 @@ def explorer(bases: dict, tmp_path_factory: pytest.TempPathFactory) -> Explorer:
                     paths={"tiny": str(path)})  # fmt: skip
 
 
-@contextmanager
-def serving(explorer: Explorer) -> Iterator[Any]:
-    httpd = make_server(explorer, "127.0.0.1", 0, timeout=2.0)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(10)
-
-
 @pytest.fixture(scope="module")
 def server(explorer: Explorer) -> Iterator[Any]:
-    with serving(explorer) as httpd:
+    with serving(explorer, timeout=2.0) as httpd:
         yield httpd
 
 

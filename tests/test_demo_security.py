@@ -14,12 +14,11 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import SRC_WORDS, SmokeRun
+from conftest import SRC_WORDS, SmokeRun, serving
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -38,20 +37,6 @@ def explorer(smoke_run: SmokeRun) -> Explorer:
     """The trained smoke model (its own beam: 5), allowed beams up to 8."""
     return Explorer({"smoke": Translator.from_checkpoint(smoke_run.checkpoint, device="cpu")},
                     Limits(max_chars=200, max_beam=8), paths={"smoke": str(smoke_run.checkpoint)})  # fmt: skip
-
-
-@contextmanager
-def serving(explorer: Explorer, host: str = "127.0.0.1", **options) -> Iterator[ExplorerServer]:
-    """``make_server(explorer, host, 0, **options)`` serving in a thread until the block ends."""
-    httpd = make_server(explorer, host, 0, **options)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")
