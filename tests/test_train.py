@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -244,7 +245,8 @@ def test_the_hint_of_an_interrupted_run_alone_continues_it(tmp_path: Path) -> No
     _, output = proc.communicate(timeout=120)
     assert proc.returncode == 0, output[-3000:]
     stopped = load_checkpoint(run / "checkpoints" / "last.pt")["train_state"]["progress"]["step"]
-    assert 8 <= stopped < 12
+    logged = [int(n) for n in re.findall(r"update (\d+): loss", log.read_text())]
+    assert 8 <= stopped < 24 and max(logged) == stopped  # saved where it stopped, not at a periodic checkpoint
     assert f"run folder {run.resolve()} (a new run)" in output  # where the run is, said at its start
     hint = _resume_hint(output)
     assert f"hydra.run.dir={run.resolve()}" in hint
