@@ -8,9 +8,10 @@ whitespace tokens of the lines as given), or as soft weights (``format=soft``). 
 the sources are first translated with the checkpoint's decoding, and each line is
 ``translation ||| links`` (as Marian and fairseq append alignments). With ``reverse_ckpt`` (a
 target->source model: its languages are ``ckpt``'s, swapped) the two directions' links are
-combined (``symmetrize``). With ``gold`` the
-alignment error rate, precision and recall of every extraction method are reported, next to the
-diagonal baseline.
+combined (``symmetrize``). With ``align.eos_unaligned`` a target word that attends to the source
+``</s>`` more than to any source word gets no link. With ``gold`` the alignment error rate,
+precision and recall of every extraction method are reported, each with and without
+``eos_unaligned`` (the names ending ``+eos_unaligned``), next to the diagonal baseline.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from nmt.evaluation.word_alignment import (
     alignment_error_rate,
     choose_attention,
     diagonal_links,
+    drop_eos,
     format_links,
     hard_links,
     read_gold,
@@ -47,6 +49,7 @@ from nmt.translator import translate_lines
 log = logging.getLogger("nmt.align")
 
 FORMATS = ("pharaoh", "soft")
+EOS_UNALIGNED = "+eos_unaligned"  # in the AER report, the suffix of the links extracted with align.eos_unaligned
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -117,26 +120,53 @@ def align(cfg: DictConfig) -> dict:
         translations = translate_lines(model, src_vocab, sources, settings, cfg.batch_size, "sentences", device,
                                        int(config.data.max_len))  # fmt: skip
         targets = [tgt_vocab.decode(t.hypotheses[0].tokens) if t.hypotheses else "" for t in translations]
-    forward = word_attention(model, src_vocab, tgt_vocab, sources, targets, cfg.batch_size, device, cfg.align.shift)
-    methods: dict[str, list[set[Link]]] = {"forward": [hard_links(m, cfg.method, cfg.threshold) for m in forward]}
-    links = methods["forward"]
+    forward = word_attention(model, src_vocab, tgt_vocab, sources, targets, cfg.batch_size, device, cfg.align.shift,
+                             keep_eos=True)  # fmt: skip
+    backward = None
     if cfg.reverse_ckpt is not None:
-        backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device, cfg.align.shift)
-        methods["backward"] = [{(i, j) for j, i in hard_links(m, cfg.method, cfg.threshold)} for m in backward]
-        for name in SYMMETRIZATIONS:
-            methods[name] = [symmetrize(f, b, name) for f, b in zip(methods["forward"], methods["backward"])]
-        links = methods[cfg.symmetrize]
+        backward = word_attention(reverse, rev_src, rev_tgt, targets, sources, cfg.batch_size, device, cfg.align.shift,
+                                  keep_eos=True)  # fmt: skip
+    # with gold, both settings of eos_unaligned are scored; the output has the chosen one's links
+    methods = extract_links(forward, backward, cfg.method, cfg.threshold,
+                            (False, True) if gold is not None else (cfg.align.eos_unaligned,))  # fmt: skip
+    chosen = cfg.symmetrize if cfg.reverse_ckpt is not None else "forward"
+    links = methods[chosen + (EOS_UNALIGNED if cfg.align.eos_unaligned else "")]
     if cfg.format == "soft":
-        lines = [soft_record(n, s, t, m) for n, (s, t, m) in enumerate(zip(sources, targets, forward), start=1)]
+        lines = [soft_record(n, s, t, drop_eos(m)) for n, (s, t, m) in enumerate(zip(sources, targets, forward), start=1)]
     else:
         lines = [format_links(one) for one in links]
         if translated:
             lines = [f"{t.replace(chr(10), ' ')} ||| {a}" for t, a in zip(targets, lines)]
     text = "".join(line + "\n" for line in lines)
     write_command_output(cfg.output, text)
-    log.info("aligned %d sentence pairs (%s%s)", len(sources), cfg.method,
-             f", symmetrized by {cfg.symmetrize}" if cfg.reverse_ckpt else "")  # fmt: skip
+    log.info("aligned %d sentence pairs (%s%s%s)", len(sources), cfg.method,
+             f", symmetrized by {cfg.symmetrize}" if cfg.reverse_ckpt else "",
+             ", </s> unaligned" if cfg.align.eos_unaligned else "")  # fmt: skip
     return _report(cfg, methods, gold, sources, targets) if gold is not None else {}
+
+
+def extract_links(forward: list[np.ndarray], backward: list[np.ndarray] | None, method: str, threshold: float,
+                  eos_unaligned: tuple[bool, ...]) -> dict[str, list[set[Link]]]:  # fmt: skip
+    """The links of every pair by each extraction: ``forward``, and with ``backward`` also
+    ``backward`` and each symmetrization, once for each value in ``eos_unaligned`` (the names of
+    the ``True`` ones end in ``+eos_unaligned``), both values of a method next to each other.
+
+    :param forward: each pair's (target words, source words + 1) attention, the source ``</s>``
+        last (:func:`word_attention` with ``keep_eos``); ``backward`` the reverse model's, of
+        (source words, target words + 1).
+    :return: each pair's links as ``(source word, target word)``, by name.
+    """
+    variants: dict[str, dict[str, list[set[Link]]]] = {}
+    for unaligned in eos_unaligned:
+        one = {"forward": [hard_links(drop_eos(m, unaligned), method, threshold) for m in forward]}
+        if backward is not None:
+            one["backward"] = [{(i, j) for j, i in hard_links(drop_eos(m, unaligned), method, threshold)}
+                               for m in backward]  # fmt: skip
+            for name in SYMMETRIZATIONS:
+                one[name] = [symmetrize(f, b, name) for f, b in zip(one["forward"], one["backward"])]
+        variants[EOS_UNALIGNED if unaligned else ""] = one
+    names = next(iter(variants.values()))
+    return {name + suffix: one[name] for name in names for suffix, one in variants.items()}
 
 
 def check_reverse(cfg: DictConfig, config: DictConfig, rev_config: DictConfig) -> None:
@@ -154,15 +184,16 @@ def check_reverse(cfg: DictConfig, config: DictConfig, rev_config: DictConfig) -
 
 def _report(cfg: DictConfig, methods: dict[str, list[set[Link]]], gold: list, sources: list[str],
             targets: list[str]) -> dict:  # fmt: skip
-    """AER, precision and recall of each extraction method and the diagonal baseline, logged as
-    a table and written to ``cfg.report``."""
+    """AER, precision and recall of each extraction method (:func:`extract_links`) and the
+    diagonal baseline, logged as a table and written to ``cfg.report``."""
     methods = {**methods, "diagonal": [diagonal_links(len(s.split()), len(t.split())) for s, t in zip(sources, targets)]}
     scores = {name: alignment_error_rate(links, gold) for name, links in methods.items()}
-    log.info("%-16s %6s %9s %6s %7s", "method", "AER", "precision", "recall", "links")
+    log.info("%-30s %6s %9s %6s %7s", "method", "AER", "precision", "recall", "links")
     for name, s in scores.items():
-        log.info("%-16s %6.1f %9.1f %6.1f %7d", name, 100 * s["aer"], 100 * s["precision"], 100 * s["recall"], s["links"])
+        log.info("%-30s %6.1f %9.1f %6.1f %7d", name, 100 * s["aer"], 100 * s["precision"], 100 * s["recall"], s["links"])
     report = {"ckpt": str(cfg.ckpt), "reverse_ckpt": cfg.reverse_ckpt, "gold": str(cfg.gold), "pairs": len(sources),
-              "method": cfg.method, "threshold": cfg.threshold, "scores": scores}  # fmt: skip
+              "method": cfg.method, "threshold": cfg.threshold, "eos_unaligned": cfg.align.eos_unaligned,
+              "scores": scores}  # fmt: skip
     if cfg.report is not None:
         write_output_text(cfg.report, json.dumps(report, indent=2) + "\n")
     return report

@@ -34,6 +34,7 @@ from nmt.evaluation.word_alignment import (
     alignment_error_rate,
     choose_attention,
     diagonal_links,
+    drop_eos,
     format_links,
     hard_links,
     read_gold,
@@ -193,8 +194,9 @@ def alignment_scores(links: list[set[Link]], gold: list[GoldAlignment], bin_ids,
 def reference_links(model, src_vocab, tgt_vocab, text: ParallelText, cfg: DictConfig, device) -> list[set[Link]]:
     """The reference force-decoded, each target word linked by the model's attention (``alignments.*``)."""
     matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device,
-                              cfg.alignments.shift)  # fmt: skip
-    return [hard_links(m, cfg.alignments.method, cfg.alignments.threshold) for m in matrices]
+                              cfg.alignments.shift, keep_eos=True)  # fmt: skip
+    return [hard_links(drop_eos(m, cfg.alignments.eos_unaligned), cfg.alignments.method, cfg.alignments.threshold)
+            for m in matrices]  # fmt: skip
 
 
 def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
@@ -285,7 +287,8 @@ def evaluate(cfg: DictConfig) -> dict:
         report["word_alignment"] = {"gold": gold_name, "method": cfg.alignments.method,
                                     "threshold": cfg.alignments.threshold,
                                     DIAGONAL: alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
-        report["word_alignment"].update(shift=cfg.alignments.shift, layer=cfg.alignments.layer, heads=cfg.alignments.heads)
+        report["word_alignment"].update(shift=cfg.alignments.shift, eos_unaligned=cfg.alignments.eos_unaligned,
+                                        layer=cfg.alignments.layer, heads=cfg.alignments.heads)  # fmt: skip
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
             if name in layer_links:  # a Transformer's every cross-attention layer, heads averaged

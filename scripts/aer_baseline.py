@@ -1,5 +1,6 @@
 """A classical word aligner beside attention: eflomal (Östling and Tiedemann 2016, ``pip install
-eflomal``) on the same sentence pairs, scored against the same gold links as ``nmt.align``.
+'nmt[align]'``, run by :func:`nmt.links.eflomal_links`) on the same sentence pairs, scored against
+the same gold links as ``nmt.align``.
 
     python scripts/aer_baseline.py --pairs en-fr.src-tgt --gold en-fr.gold --gold-one-based \\
         --extra-src multi30k/train.en.gz --extra-tgt multi30k/train.fr.gz --report eflomal.json
@@ -20,19 +21,19 @@ import argparse
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 from nmt.data.text import read_lines
+from nmt.errors import ConfigError
 from nmt.evaluation.word_alignment import (
     SYMMETRIZATIONS,
-    Link,
     alignment_error_rate,
     diagonal_links,
     format_links,
     read_gold,
     symmetrize,
 )
+from nmt.links import eflomal_links
 
 WORD = re.compile(r"\w+'|\w+(?:[-.]\w+)*|[^\w\s]", re.UNICODE)
 
@@ -53,23 +54,6 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     return sources, targets
 
 
-def read_links(path: Path) -> list[set[Link]]:
-    return [{tuple(map(int, link.split("-"))) for link in line.split()} for line in path.read_text().splitlines()]
-
-
-def eflomal_links(sources: list[str], targets: list[str]) -> tuple[list[set[Link]], list[set[Link]]]:
-    """eflomal's forward and backward links of every pair, both as (source word, target word)."""
-    try:
-        from eflomal import Aligner
-    except ImportError:
-        raise SystemExit("eflomal is not installed: pip install eflomal") from None
-    with tempfile.TemporaryDirectory() as folder:
-        forward, backward = Path(folder) / "fwd", Path(folder) / "rev"
-        Aligner().align([s + "\n" for s in sources], [t + "\n" for t in targets],
-                        links_filename_fwd=str(forward), links_filename_rev=str(backward))  # fmt: skip
-        return read_links(forward), read_links(backward)
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=Path, required=True, help="the test pairs, 'source ||| target' a line")
@@ -88,8 +72,11 @@ def main(argv: list[str] | None = None) -> dict:
     extra_tgt = [tokenize(line) for line in read_lines(args.extra_tgt)] if args.extra_tgt else []
     if len(extra_src) != len(extra_tgt):
         raise SystemExit(f"{args.extra_src} has {len(extra_src)} lines but {args.extra_tgt} has {len(extra_tgt)}")
-    forward, backward = eflomal_links([*extra_src, *(s.lower() for s in sources)],
-                                      [*extra_tgt, *(t.lower() for t in targets)])  # fmt: skip
+    try:
+        forward, backward = eflomal_links([*extra_src, *(s.lower() for s in sources)],
+                                          [*extra_tgt, *(t.lower() for t in targets)])  # fmt: skip
+    except ConfigError as e:  # eflomal is not installed
+        raise SystemExit(str(e)) from None
     methods = {"forward": forward[len(extra_src) :], "backward": backward[len(extra_src) :]}
     for name in SYMMETRIZATIONS:
         methods[name] = [symmetrize(f, b, name) for f, b in zip(methods["forward"], methods["backward"])]

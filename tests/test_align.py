@@ -1,7 +1,8 @@
 """``nmt.align``: Pharaoh links within the words of each pair, one per target word with argmax;
 the translate-then-align mode; soft weights; AER against gold links (0 against the model's own
-links), with the symmetrised directions nested as they must be; bad input, and a reverse model
-that does not translate the other way, refused in one line."""
+links), with the symmetrised directions nested as they must be, and every method scored with and
+without ``align.eos_unaligned``; bad input, and a reverse model that does not translate the other
+way, refused in one line."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import SmokeRun
+from omegaconf import OmegaConf
 
+from nmt.align import EOS_UNALIGNED, _report, extract_links
 from nmt.checkpoint import load_checkpoint
-from nmt.evaluation.word_alignment import parse_pharaoh
+from nmt.evaluation.word_alignment import SYMMETRIZATIONS, GoldAlignment, parse_pharaoh
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -100,17 +104,47 @@ def test_aer_against_gold_links(smoke_run: SmokeRun, pair_files, tmp_path: Path)
     report = tmp_path / "aer.json"
     reverse = _labelled(smoke_run, tmp_path / "reverse.pt", "tgt", "src")
     proc = _align(f"ckpt={smoke_run.checkpoint}", f"src={src}", f"tgt={tgt}", f"gold={own}", f"report={report}",
-                  f"reverse_ckpt={reverse}", f"output={tmp_path / 'sym.txt'}")  # fmt: skip
+                  f"reverse_ckpt={reverse}", f"output={tmp_path / 'sym.txt'}", "align.eos_unaligned=true")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
+    written_report = json.loads(report.read_text(encoding="utf-8"))
+    scores = written_report["scores"]
+    assert written_report["eos_unaligned"] is True
     assert scores["forward"] == {"aer": 0.0, "precision": 1.0, "recall": 1.0, "links": scores["forward"]["links"]}
-    assert set(scores) == {"forward", "backward", "intersection", "union", "grow_diag", "grow_diag_final", "diagonal"}
+    methods = ("forward", "backward", "intersection", "union", "grow_diag", "grow_diag_final")
+    assert list(scores) == [*(m + suffix for m in methods for suffix in ("", EOS_UNALIGNED)), "diagonal"]
+    # a word left unaligned loses its link, and the gold are the links kept without the option
+    assert scores["forward" + EOS_UNALIGNED]["precision"] == 1.0
+    assert scores["forward" + EOS_UNALIGNED]["links"] <= scores["forward"]["links"]
     counts = [scores[m]["links"] for m in ("intersection", "grow_diag", "grow_diag_final", "union")]
     assert counts == sorted(counts)
     assert scores["union"]["recall"] == 1.0 and scores["intersection"]["precision"] == 1.0
     assert "AER" in proc.stderr and "diagonal" in proc.stderr
     written = (tmp_path / "sym.txt").read_text(encoding="utf-8").splitlines()  # grow_diag_final, the default
-    assert sum(len(parse_pharaoh(line).sure) for line in written) == scores["grow_diag_final"]["links"]
+    assert sum(len(parse_pharaoh(line).sure) for line in written) == scores["grow_diag_final" + EOS_UNALIGNED]["links"]
+
+
+def test_the_report_scores_each_method_with_and_without_eos_unaligned(tmp_path: Path, caplog) -> None:
+    """Each pair: 2 source words, 2 target words; target word 1 of pair 0 attends most to ``</s>``
+    in the forward model, source word 0 of pair 1 in the backward one."""
+    forward = [np.array([[0.8, 0.1, 0.1], [0.3, 0.1, 0.6]]), np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1]])]
+    backward = [np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0]]), np.array([[0.2, 0.1, 0.7], [0.0, 0.9, 0.1]])]
+    methods = extract_links(forward, backward, "argmax", 0.0, (False, True))
+    assert list(methods) == [m + s for m in ("forward", "backward", *SYMMETRIZATIONS) for s in ("", EOS_UNALIGNED)]
+    assert methods["forward"] == [{(0, 0), (0, 1)}, {(0, 0), (1, 1)}]  # word 1 of pair 0 to its runner-up
+    assert methods["forward" + EOS_UNALIGNED] == [{(0, 0)}, {(0, 0), (1, 1)}]
+    assert methods["backward" + EOS_UNALIGNED] == [{(0, 0), (1, 1)}, {(1, 1)}]
+    assert methods["intersection" + EOS_UNALIGNED] == [{(0, 0)}, {(1, 1)}]
+    assert list(extract_links(forward, None, "argmax", 0.0, (True,))) == ["forward" + EOS_UNALIGNED]
+    gold = [GoldAlignment({(0, 0)}, {(0, 0)}), GoldAlignment({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
+    settings = {"ckpt": "a.pt", "reverse_ckpt": "b.pt", "gold": "gold.txt", "method": "argmax", "threshold": 0.0}
+    cfg = OmegaConf.create({**settings, "align": {"eos_unaligned": True}, "report": str(tmp_path / "r.json")})
+    with caplog.at_level("INFO", logger="nmt.align"):
+        report = _report(cfg, methods, gold, ["a b", "c d"], ["w x", "y z"])
+    assert report == json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert report["eos_unaligned"] is True and list(report["scores"]) == [*methods, "diagonal"]
+    assert report["scores"]["forward"]["precision"] == 0.75 and report["scores"]["forward" + EOS_UNALIGNED]["aer"] == 0.0
+    table = [record.getMessage().split()[0] for record in caplog.records]
+    assert table == ["method", *methods, "diagonal"]  # both variants printed, one row each
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -286,7 +286,7 @@ def test_a_typo_in_a_recipe_file_is_refused_naming_the_key(tmp_path) -> None:
 def test_only_the_commands_import_the_configs_package() -> None:
     """The import-linter layers cannot see nmt.configs (it is the configs/ folder): the commands
     and nothing below them may import it."""
-    commands = {"train", "translate", "evaluate", "demo", "study", "average", "score", "align"}
+    commands = {"train", "translate", "evaluate", "demo", "study", "average", "score", "align", "links"}
     package = Path(nmt.__file__).parent
     importers = set()
     for path in package.rglob("*.py"):
@@ -334,7 +334,7 @@ def test_translate_help_shows_its_own_options_only() -> None:
         assert foreign not in proc.stdout, foreign
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate", "score", "align", "demo"])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "score", "align", "demo", "links"])
 def test_every_setting_of_a_command_is_in_its_help(command: str) -> None:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(command, return_hydra_config=True)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 DOCS = REPO_ROOT / "docs"
 RAW_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj):")
-HYDRA_COMMANDS = ["train", "translate", "evaluate", "score", "align", "demo"]
+HYDRA_COMMANDS = ["train", "translate", "evaluate", "score", "align", "demo", "links"]
 
 
 class _Prose(HTMLParser):

@@ -41,7 +41,7 @@ from nmt.evaluation.length_bins import (
     word_lengths,
 )
 from nmt.evaluation.report import LengthSettings, bleu_variant, format_report, score_systems
-from nmt.evaluation.word_alignment import alignment_error_rate, read_gold
+from nmt.evaluation.word_alignment import alignment_error_rate, drop_eos, read_gold
 from nmt.model import build_model
 from nmt.runtime import parse_named
 
@@ -449,6 +449,32 @@ def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Pa
     assert scored["links"] == sum(len(t.split()) for t in text.tgt)  # argmax: one link a target word
     assert report["word_alignment"]["diagonal"]["aer"] > 0.9  # the swaps put nearly every gold link off the diagonal
     assert "alignment error rate (%) by source length" in format_report(report)
+
+
+def test_eos_unaligned_reaches_the_links_it_scores(synthetic_checkpoints: dict[str, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """``alignments.eos_unaligned`` is what extracts every scored link (each of the 30 pairs'
+    matrices goes through ``drop_eos`` with it), it only ever removes links, and the report says
+    which setting scored them."""
+    import nmt.evaluate
+
+    seen, written = [], {}
+    monkeypatch.setattr(nmt.evaluate, "drop_eos", lambda m, unaligned: seen.append(unaligned) or drop_eos(m, unaligned))
+    for unaligned in (False, True):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("evaluate", overrides=[
+                f"ckpt=[bahdanau:{synthetic_checkpoints['bahdanau']}]", "split=test", f"out_dir={tmp_path / str(unaligned)}",
+                "n_bootstrap=0", "significance=none", "alignments.num=0", "threads=1",
+                f"alignments.eos_unaligned={unaligned}",
+            ])  # fmt: skip
+        report = evaluate(cfg)
+        assert report["word_alignment"]["eos_unaligned"] is unaligned
+        assert seen == [unaligned] * 30
+        seen.clear()
+        lines = (tmp_path / str(unaligned) / "word_alignments" / "bahdanau.txt").read_text().splitlines()
+        written[unaligned] = [set(line.split()) for line in lines]
+    assert len(written[True]) == len(written[False]) == 30
+    assert all(kept <= every for kept, every in zip(written[True], written[False]))
 
 
 def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 import nmt.study
 
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
-APP = re.compile(r"(?:python|torchrun)\b.*?-m nmt\.(train|translate|evaluate|demo|score|align)\b(.*)")
+APP = re.compile(r"(?:python|torchrun)\b.*?-m nmt\.(train|translate|evaluate|demo|score|align|links)\b(.*)")
 # the commands with an argparse command line: nmt.study, nmt.average and the developer scripts
 SCRIPT = re.compile(r"(?:python|torchrun)\b.*?\b(nmt\.(?:study|average)|scripts/\w+\.py)\b(.*)")
 BLOCK = re.compile(r"^```(?:bash|sh|console)\n(.*?)^```", re.S | re.M)

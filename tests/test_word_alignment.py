@@ -1,11 +1,13 @@
 """Word alignments from attention: subwords map to the original words, subword attention becomes
-word attention (rows: mean, columns: sum), links are extracted and symmetrised, gold files in both
-formats are read, and AER, precision and recall follow Och & Ney's definitions."""
+word attention (rows: mean, columns: sum), links are extracted (a word attending most to ``</s>``
+left unaligned on request) and symmetrised, gold files in both formats are read, and AER, precision
+and recall follow Och & Ney's definitions."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +16,7 @@ from nmt.evaluation.word_alignment import (
     aer_by_bin,
     alignment_error_rate,
     diagonal_links,
+    drop_eos,
     format_links,
     hard_links,
     parse_pharaoh,
@@ -61,6 +64,42 @@ def test_word_weights_average_target_rows_and_sum_source_columns() -> None:
                         [0.0, 0.0, 0.0, 1.0]])  # fmt: skip
     matrix = word_weights(weights, src_words=[0, 0, 1], tgt_words=[0, 1, 1])
     np.testing.assert_allclose(matrix, [[0.7, 0.2], [0.4, 0.5]])
+
+
+# source subwords: w0 w0 w1 </s>; target subwords: v0 v1 v2 v2 </s>. Target word 1 attends most to
+# </s> (0.6) and then to w1 (0.3); target word 0 gives </s> 0.4, more than either subword of w0 (0.3
+# each), but w0 as a word has 0.6; target word 2 (mean of its two rows) attends most to w1.
+EOS_HEAVY = torch.tensor([[0.3, 0.3, 0.0, 0.4],
+                          [0.05, 0.05, 0.3, 0.6],
+                          [0.0, 0.1, 0.7, 0.2],
+                          [0.1, 0.1, 0.5, 0.3],
+                          [0.0, 0.0, 0.0, 1.0]])  # fmt: skip
+EOS_SRC_WORDS, EOS_TGT_WORDS = [0, 0, 1], [0, 1, 2, 2]
+
+
+def test_word_weights_can_keep_the_eos_column() -> None:
+    kept = word_weights(EOS_HEAVY, EOS_SRC_WORDS, EOS_TGT_WORDS, keep_eos=True)
+    np.testing.assert_allclose(kept, [[0.6, 0.0, 0.4], [0.1, 0.3, 0.6], [0.15, 0.6, 0.25]])
+    plain = word_weights(EOS_HEAVY, EOS_SRC_WORDS, EOS_TGT_WORDS)
+    np.testing.assert_allclose(plain, kept[:, :-1])  # the default drops the </s> column
+    np.testing.assert_array_equal(drop_eos(kept), plain)
+    assert drop_eos(np.zeros((0, 1))).shape == (0, 0)  # a pair with an empty side
+
+
+@pytest.mark.parametrize(("method", "threshold", "without"), [
+    ("argmax", 0.0, {(0, 0), (1, 1), (1, 2)}),
+    ("threshold", 0.1, {(0, 0), (0, 1), (1, 1), (0, 2), (1, 2)}),
+])  # fmt: skip
+def test_a_word_attending_most_to_eos_is_left_unaligned(method: str, threshold: float, without: set) -> None:
+    kept = word_weights(EOS_HEAVY, EOS_SRC_WORDS, EOS_TGT_WORDS, keep_eos=True)
+    assert hard_links(drop_eos(kept), method, threshold) == without  # target word 1 linked to its runner-up
+    # eos_unaligned: exactly target word 1 loses its links (word 0's </s> weight is below its word's sum)
+    assert hard_links(drop_eos(kept, eos_unaligned=True), method, threshold) == {(i, j) for i, j in without if j != 1}
+
+
+def test_a_tie_with_eos_keeps_the_word() -> None:
+    matrix = np.array([[0.5, 0.0, 0.5], [0.2, 0.2, 0.6], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(drop_eos(matrix, eos_unaligned=True), [[0.5, 0.0], [0.0, 0.0], [0.0, 0.0]])
 
 
 def test_hard_links() -> None:

@@ -12,8 +12,11 @@ original, whitespace-tokenized sentences. The steps:
    it (Chen et al. 2020, "Shift-Att"): the attention that emits y_t is computed before y_t is known.
 2. :func:`word_weights`: the (T, S) subword attention as a (target words x source words) matrix:
    a target word's row is the mean of its subwords' rows, a source word's column the sum of its
-   subwords' columns (the attention mass the word received); the ``</s>`` row and column are
-   dropped.
+   subwords' columns (the attention mass the word received); the ``</s>`` row is dropped, and
+   the ``</s>`` column too unless it is kept for :func:`drop_eos`. With ``eos_unaligned``
+   (:func:`drop_eos`), a target word that attends to the source ``</s>`` more than to any source
+   word is left unaligned: decoders park attention there when no source word explains the target
+   word, and its runner-up is then a guess.
 3. :func:`hard_links`: links from that matrix, each target word to its most attended source word
    (``argmax``), or every pair with weight >= a threshold (``threshold``).
 4. :func:`symmetrize`: the links of a model of each direction combined (intersection, union,
@@ -92,23 +95,45 @@ def piece_words(sp, text: str) -> tuple[list[int], list[int]]:
     return ids, words
 
 
-def word_weights(weights: np.ndarray, src_words: Sequence[int], tgt_words: Sequence[int]) -> np.ndarray:
+def word_weights(weights: np.ndarray, src_words: Sequence[int], tgt_words: Sequence[int],
+                 keep_eos: bool = False) -> np.ndarray:  # fmt: skip
     """(target words, source words) attention from (T, S) subword attention.
 
     :param weights: (T, S), rows the target subwords and ``</s>`` (last), columns the source
         subwords and ``</s>`` (last); extra trailing rows or columns (padding) are ignored.
     :param src_words: the word of each source subword (S - 1 of them); ``tgt_words`` likewise.
-    :return: (max(tgt_words) + 1, max(src_words) + 1) float: row j the mean of target word j's
-        subword rows, column i the sum of source word i's subword columns.
+    :param keep_eos: keep the source ``</s>`` column, as one more column after the words (for
+        :func:`drop_eos`).
+    :return: (max(tgt_words) + 1, max(src_words) + 1) float, one more column with ``keep_eos``:
+        row j the mean of target word j's subword rows, column i the sum of source word i's
+        subword columns, the last column (``keep_eos``) the mean of its rows' ``</s>`` weights.
     """
     n_src, n_tgt = max(src_words, default=-1) + 1, max(tgt_words, default=-1) + 1
-    sub = np.asarray(weights, dtype=np.float64)[: len(tgt_words), : len(src_words)]
-    cols = np.zeros((sub.shape[0], n_src))
-    np.add.at(cols.T, np.asarray(src_words), sub.T)  # sum the columns of each source word
-    rows = np.zeros((n_tgt, n_src))
+    width = len(src_words) + keep_eos  # the source subwords, then </s>
+    sub = np.asarray(weights, dtype=np.float64)[: len(tgt_words), :width]
+    cols = np.zeros((sub.shape[0], n_src + keep_eos))
+    np.add.at(cols.T, np.asarray(src_words), sub[:, : len(src_words)].T)  # sum the columns of each source word
+    if keep_eos:
+        cols[:, n_src] = sub[:, len(src_words)]  # (T, S) -> (T, words + 1): </s> after the words
+    rows = np.zeros((n_tgt, cols.shape[1]))
     np.add.at(rows, np.asarray(tgt_words), cols)
     counts = np.bincount(np.asarray(tgt_words, dtype=np.int64), minlength=n_tgt)[:, None]
     return rows / np.maximum(counts, 1)
+
+
+def drop_eos(matrix: np.ndarray, eos_unaligned: bool = False) -> np.ndarray:
+    """The source words' weights of a :func:`word_weights` matrix kept with its ``</s>`` column.
+
+    :param matrix: (target words, source words + 1), the last column the source ``</s>``.
+    :param eos_unaligned: zero the row of each target word whose ``</s>`` weight is larger than
+        each of its source words' weights (a tie keeps the word), so that :func:`hard_links`
+        links it to nothing, by either method.
+    :return: (target words, source words), a new array.
+    """
+    words = np.array(matrix[:, :-1], dtype=np.float64)  # (n_tgt, n_src + 1) -> (n_tgt, n_src)
+    if eos_unaligned and words.size:
+        words[matrix[:, -1] > words.max(axis=1)] = 0.0
+    return words
 
 
 def hard_links(matrix: np.ndarray, method: str = "argmax", threshold: float = 0.0) -> set[Link]:
@@ -306,17 +331,18 @@ def shifted(weights: np.ndarray) -> np.ndarray:
 
 def word_attention(
     model: Decodable, src_vocab: Vocab, tgt_vocab: Vocab, sources: Sequence[str], targets: Sequence[str],
-    batch_size: int, device: torch.device, shift: bool = False,
+    batch_size: int, device: torch.device, shift: bool = False, keep_eos: bool = False,
 ) -> list[np.ndarray]:  # fmt: skip
     """Force-decode each (source, target) pair and return its (target words, source words)
     attention (:func:`word_weights`), in input order. Words are the whitespace tokens of the
     texts as given; a pair with an empty side gives an empty matrix. With ``shift``, each target
-    subword's attention is read one step later (:func:`shifted`)."""
+    subword's attention is read one step later (:func:`shifted`); with ``keep_eos``, each matrix
+    has the source ``</s>`` as one more column, last (then :func:`drop_eos` gives the words')."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets: one target a source")
     src_ids, src_words = encode_words(src_vocab, sources)
     tgt_ids, tgt_words = encode_words(tgt_vocab, targets)
     scored = score_ids(model, src_ids, tgt_ids, batch_size, device, return_attention=True)
     read = shifted if shift else (lambda weights: weights)
-    return [word_weights(read(one.attention.numpy()), src_words[i], tgt_words[i]) if src_ids[i] and tgt_ids[i]
-            else np.zeros((0, 0)) for i, one in enumerate(scored)]  # fmt: skip
+    return [word_weights(read(one.attention.numpy()), src_words[i], tgt_words[i], keep_eos)
+            if src_ids[i] and tgt_ids[i] else np.zeros((0, int(keep_eos))) for i, one in enumerate(scored)]  # fmt: skip
