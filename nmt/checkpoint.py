@@ -21,6 +21,7 @@ A config that declares more than its weights (``hidden_dim: 35000`` beside 64-un
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import logging
@@ -282,6 +283,8 @@ def direction(config: Mapping[str, Any]) -> str:
 # checkpoints' runs did (so that they resume and evaluate as before).
 ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1}
 ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
+ADDED_TRAIN_KEYS = {"guided_alignment": {"path": None, "weight": 0.1, "decay": 1.0, "layer": None, "heads": None},
+                    "init_from": None}  # fmt: skip
 MOVED_TARGETS = {"nmt.schedule.WarmupInverseSqrt": "nmt.training.schedule.WarmupInverseSqrt"}
 
 
@@ -301,6 +304,10 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
         if isinstance(data.get("vocab"), dict):
             for key, default in ADDED_VOCAB_KEYS.items():
                 data["vocab"].setdefault(key, default)
+    train = config.get("train")
+    if isinstance(train, dict) and "optimizer" in train:  # a training config (not a bare test's)
+        for key, default in ADDED_TRAIN_KEYS.items():
+            train.setdefault(key, copy.deepcopy(default))
     return config
 
 

@@ -99,3 +99,21 @@ def output_cross_entropy(
     """
     loss, nll = _OutputCrossEntropy.apply(features, weight, bias, targets, label_smoothing, chunk)
     return loss, nll.detach()
+
+
+def alignment_loss(attention: Tensor, guide: Tensor) -> Tensor:
+    """Guided alignment (Chen et al. 2016; Garg et al. 2019): the cross-entropy between each target
+    position's attention and the distribution its word's links give, summed over the positions
+    that have links.
+
+        L_align = - sum_t sum_s q_ts log a_ts
+
+    For a row q that sums to one, ``- sum_s q_s log a_s`` over distributions a is smallest exactly
+    at a = q (Gibbs' inequality); a row of zeros (no links, ``</s>``, padding) adds nothing.
+
+    :param attention: (B, T, S) weights, each row summing to one over the real source positions.
+    :param guide: (B, T, S) targets (:mod:`nmt.data.guidance`): rows that sum to one, or zero rows.
+    :return: 0-dim, the sum over the batch (differentiable in ``attention``).
+    """
+    log_attention = torch.log(attention.float().clamp_min(1e-9))  # (B, T, S); masked weights are 0, their targets too
+    return -(guide * log_attention).sum()

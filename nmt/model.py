@@ -24,7 +24,7 @@ from nmt.attention import Memory
 from nmt.decoder import DecoderState, RNNDecoder
 from nmt.encoder import RNNEncoder
 from nmt.errors import ConfigError
-from nmt.loss import output_cross_entropy
+from nmt.loss import alignment_loss, output_cross_entropy
 from nmt.tokens import EOS_ID, PAD_ID, UNK_ID
 
 Encoder = RNNEncoder | tf.TransformerEncoder
@@ -104,13 +104,34 @@ class Seq2Seq(nn.Module):
         :param tgt_out: (B, T) long, target + EOS, PAD after.
         :return: the smoothed loss sum (differentiable) and the NLL sum (detached).
         """
+        loss, nll, _ = self._teacher_forced(src, src_lens, tgt_in, tgt_out, label_smoothing, need_weights=False)
+        return loss, nll
+
+    def guided_loss(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float, guide: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`loss` and, from the same pass, guided alignment's cross-entropy between the
+        attention (a Transformer's: the layer and heads of :meth:`set_alignment`) and ``guide``.
+
+        :param guide: (B, T, S) float, each target position's distribution over the source
+            positions, or a zero row (:mod:`nmt.data.guidance`).
+        :return: the smoothed loss sum and the alignment loss sum (both differentiable), the NLL sum.
+        """
+        loss, nll, weights = self._teacher_forced(src, src_lens, tgt_in, tgt_out, label_smoothing, need_weights=True)
+        return loss, alignment_loss(weights, guide), nll  # weights: (B, T, S)
+
+    def _teacher_forced(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float, need_weights: bool
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """:return: the smoothed loss sum, the NLL sum and the attention (B, T, S) if asked."""
         src, tgt_in = self._drop_words(src, tgt_in)
         memory, state = self.encode(src, src_lens)
-        features, _ = self.decoder(tgt_in, memory, state, need_weights=False)  # (B, T, O)
+        features, weights = self.decoder(tgt_in, memory, state, need_weights=need_weights)  # (B, T, O), (B, T, S)
         keep = tgt_out != PAD_ID  # (B, T)
         rows = self.decoder.dropout(features[keep])  # (N, O) real tokens only
         output = self.decoder.output
-        return output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
+        loss, nll = output_cross_entropy(rows, output.weight, output.bias, tgt_out[keep], label_smoothing)
+        return loss, nll, weights
 
     @property
     def cross_attention_layers(self) -> int:

@@ -10,7 +10,8 @@ folder that existed before the command as it was, and removes the folders the co
 the run (:mod:`nmt.training.run_folder`). A folder that holds a run (checkpoints or results) is
 never trained into by accident: only ``train.resume=auto`` continues it and only
 ``train.overwrite=true`` starts it over. ``python -m nmt.train train.resume=auto hydra.run.dir=RUN``
-continues a run with the settings its folder saved (:func:`continue_run`).
+continues a run with the settings its folder saved (:func:`continue_run`); ``train.init_from=CKPT``
+starts a new run from the weights and subword models of a trained model (:mod:`nmt.training.init_from`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from nmt.runtime import RUN_LOG_FORMAT, seed_everything, set_threads, setup_logg
 from nmt.training import distributed
 from nmt.training.checks import continued_config, merge_overrides, resume_changes, validate_config
 from nmt.training.distributed import Dist
+from nmt.training.init_from import Start, report_coverage, start_from
 from nmt.training.run_folder import made_for, make_folders, make_new_folder, remove_made
 from nmt.training.runlog import METRICS, convert_log
 from nmt.training.trainer import Progress, Trainer, stop_reason
@@ -97,15 +99,19 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = No
         job = distributed.setup(cfg.train.device, cfg.train.dist_backend)
         run_dir = _same_folder_on_every_rank(run_dir, made, job)
         resume = check_run_folder(cfg, run_dir)  # may refuse the command: still nothing written
+        start = start_from(cfg, (resume.path, resume.payload) if resume else None)  # train.init_from: a new run's weights
+        if start is not None:
+            cfg = start.recorded_in(cfg)  # config.yaml and the checkpoints name the file
         if job.is_main:
             what = f"continuing {resume.path.resolve()}" if resume else "a new run"
+            what += f" from the weights of {start.path}" if start else ""
             log.info("run folder %s (%s)", run_dir.resolve(), what)
         if resume is not None and resume.finished and (run_dir / "results.json").is_file():
             early.close()  # nothing is written: the run folder stays as it is
             return _already_finished(run_dir, resume)
         seed_everything(cfg.train.seed + job.rank)  # different dropout masks on each rank
         set_threads(cfg.train.threads)
-        data, model, optimizer, scheduler = build(cfg, job, resume)
+        data, model, optimizer, scheduler = build(cfg, job, resume, start)
         trainer = Trainer(cfg, run_dir, job, data, model, optimizer, scheduler,
                           (resume.path, resume.payload) if resume else None)  # fmt: skip
     except BaseException:
@@ -116,7 +122,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = No
         clear_run(run_dir)
     open_run(cfg, run_dir, job, resume, early, overrides)
     trainer.open()
-    del resume  # the checkpoint's tensors are in the model and optimizer now
+    del resume, start  # the checkpoints' tensors are in the model and optimizer now
     with _StopRequest() as stop:
         while not trainer.done:
             for group, last in trainer.epoch():
@@ -294,19 +300,29 @@ class _StopRequest:
             signal.signal(s, handler)
 
 
-def build(cfg: DictConfig, job: Dist, resume: Resume | None) -> tuple[Splits, Seq2Seq, Optimizer, LRScheduler]:
+def build(cfg: DictConfig, job: Dist, resume: Resume | None,
+          start: Start | None = None) -> tuple[Splits, Seq2Seq, Optimizer, LRScheduler]:  # fmt: skip
     """The data, the model (on the job's device), its optimizer and its learning-rate schedule.
 
-    A resumed run keeps its checkpoint's subword models, whatever the cache holds now. Under
-    ``torchrun`` rank 0 prepares and caches the data first, and the other ranks then read the cache.
+    A resumed run keeps its checkpoint's subword models, whatever the cache holds now; a new run
+    started from a trained model (``start``: ``train.init_from``) encodes its corpus with that
+    checkpoint's subword models and begins with its weights. Under ``torchrun`` rank 0 prepares
+    and caches the data first, and the other ranks then read the cache.
     """
     vocabs = (Vocab(resume.payload["vocab"]["src"]), Vocab(resume.payload["vocab"]["tgt"])) if resume else None
+    if start is not None:
+        vocabs = start.vocabs()
     if not job.is_main:
         job.barrier()
-    data = prepare_data(cfg.data, vocabs)
+    data = prepare_data(cfg.data, vocabs, links=cfg.train.guided_alignment.path)
     if job.is_main:
         job.barrier()
-    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab)).to(job.device)
+    if start is not None and job.is_main:
+        report_coverage(data, start.path)
+    model = build_model(cfg.model, len(data.src_vocab), len(data.tgt_vocab))
+    if start is not None:
+        start.load_weights(model)  # on every rank, as DDP expects
+    model = model.to(job.device)
     optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
     scheduler = hydra.utils.instantiate(cfg.train.scheduler)(optimizer)
     return data, model, optimizer, scheduler

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.loss import output_cross_entropy, sequence_loss
+from nmt.loss import alignment_loss, output_cross_entropy, sequence_loss
 from nmt.vocab import PAD_ID
 
 V = 11
@@ -90,3 +90,30 @@ def test_fused_output_loss_equals_projection_then_loss(eps: float, chunk: int) -
     torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), targets, reduction="sum"))
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def _rows(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 2, dim=-1)
+
+
+def test_the_alignment_loss_is_smallest_exactly_where_attention_equals_the_links_distribution() -> None:
+    guide = _rows(0, (2, 3, 5))  # (B, T, S) targets
+    at_guide = alignment_loss(guide, guide)
+    for seed in range(1, 20):
+        assert alignment_loss(_rows(seed, (2, 3, 5)), guide) > at_guide
+    scores = guide.log().clone().requires_grad_(True)  # attention = softmax(scores) = guide
+    alignment_loss(torch.softmax(scores, dim=-1), guide).backward()
+    torch.testing.assert_close(scores.grad, torch.zeros_like(scores), atol=1e-6, rtol=0)  # a stationary point
+    torch.testing.assert_close(at_guide, -(guide * guide.log()).sum())  # the targets' entropy
+
+
+def test_the_alignment_loss_ignores_positions_without_links() -> None:
+    guide = _rows(0, (2, 4, 5))
+    guide[0, 1] = 0.0  # target position without links
+    guide[1, 3] = 0.0
+    attention = _rows(1, (2, 4, 5)).requires_grad_(True)
+    alignment_loss(attention, guide).backward()
+    assert not attention.grad[0, 1].any() and not attention.grad[1, 3].any()
+    changed = attention.detach().clone()
+    changed[0, 1], changed[1, 3] = _rows(2, (5,)), _rows(3, (5,))
+    torch.testing.assert_close(alignment_loss(changed, guide), alignment_loss(attention.detach(), guide))

@@ -267,10 +267,10 @@ def _poison_losses(monkeypatch: pytest.MonkeyPatch, bad: Callable[[int], bool]) 
     """Make the loss of the n-th training forward pass NaN wherever ``bad(n)`` (n from 1)."""
     real, calls = Objective.forward, []
 
-    def forward(self, batch, label_smoothing):
-        loss, nll = real(self, batch, label_smoothing)
+    def forward(self, batch, label_smoothing, guide_weight=0.0):
+        loss, nll, alignment = real(self, batch, label_smoothing, guide_weight)
         calls.append(1)
-        return (loss * float("nan"), nll) if bad(len(calls)) else (loss, nll)
+        return (loss * float("nan") if bad(len(calls)) else loss), nll, alignment
 
     monkeypatch.setattr(Objective, "forward", forward)
 
@@ -438,6 +438,10 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
         ("model/attention=luong_dot model/encoder=gru", "model.attention (nmt.attention.LuongDotAttention): luong_dot "
          "attention needs the decoder hidden size (32) to equal the encoder output size (16)"),
         ("+model.encoder.hiden_dim=3", "model.encoder.hiden_dim is not a setting of nmt.encoder.RNNEncoder"),
+        ("train.guided_alignment.path=/no/such.links", "train.guided_alignment.path=/no/such.links: no such file"),
+        ("train.guided_alignment.path=gold", "train.guided_alignment.path=gold: only the synthetic task knows its gold"),
+        ("train.guided_alignment.decay=0", "train.guided_alignment.decay=0: must be a factor in (0, 1]"),
+        ("train.guided_alignment.weight=-1", "train.guided_alignment.weight=-1: must be a number >= 0"),
     ],
 )  # fmt: skip
 @pytest.mark.slow

@@ -122,20 +122,27 @@ def _toy_cfg(compose_cfg, corpus: ToyCorpus, *overrides: str, experiment: str = 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("experiment", "ema"), [("smoke", "0.0"), ("smoke", "0.8"), ("smoke_transformer", "0.0")])
+@pytest.mark.parametrize(("experiment", "ema", "guided"), [("smoke", "0.0", False), ("smoke", "0.8", False),
+                                                      ("smoke_transformer", "0.0", False), ("smoke", "0.0", True),
+                                                      ("smoke_transformer", "0.0", True)])  # fmt: skip
 def test_resume_continues_exactly(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path, in_process, experiment: str,
-                                  ema: str) -> None:  # fmt: skip
+                                  ema: str, guided: bool) -> None:  # fmt: skip
     """6 updates, then 6 more resumed from ``last.pt``, give the same weights as 12 in one go (and
-    the same moving average, when one is kept), for an RNN and a Transformer."""
+    the same moving average, when one is kept), for an RNN and a Transformer, with and without
+    guided alignment."""
+    links = write_lines(tmp_path / "train.links", [" ".join(f"{i}-{i}" for i in range(len(line.split())))
+                                                   for line in toy_corpus.src_lines])  # fmt: skip
+    extra = [f"train.ema={ema}"] + ([f"train.guided_alignment.path={links}", "train.guided_alignment.weight=0.5",
+                                     "train.guided_alignment.decay=0.5"] if guided else [])  # fmt: skip
     _toy_cfg = functools.partial(globals()["_toy_cfg"], experiment=experiment)
-    straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.ema={ema}"), tmp_path / "straight")
-    first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6", f"train.ema={ema}"), tmp_path / "first")
+    straight = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", *extra), tmp_path / "straight")
+    first = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=6", *extra), tmp_path / "first")
     assert (straight["steps"], first["steps"]) == (12.0, 6.0)
     last = tmp_path / "first" / "checkpoints" / "last.pt"
     assert load_checkpoint(last)["train_state"]["progress"]["step"] == 6
 
-    resumed = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.resume={last}",
-                             f"train.ema={ema}"), tmp_path / "resumed")  # fmt: skip
+    resumed = train(_toy_cfg(compose_cfg, toy_corpus, "train.max_steps=12", f"train.resume={last}", *extra),
+                    tmp_path / "resumed")  # fmt: skip
     assert resumed["steps"] == 12.0
     logged = [e.step for e in _scalars(tmp_path / "resumed" / "tensorboard").Scalars("train/loss")]
     assert logged == list(range(7, 13)), "the resumed run continues at update 7"

@@ -25,7 +25,8 @@ import sentencepiece as spm
 import torch
 from omegaconf import DictConfig
 
-from nmt.data.corpora import content_key, load_corpus
+from nmt.data.corpora import content_key, corpus_kind, load_corpus
+from nmt.data.guidance import GOLD, AlignmentGuide, check_gold, gold_links_of, read_links
 from nmt.tokens import pad_sources
 from nmt.data.text import worker_processes
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
@@ -43,6 +44,8 @@ class Batch:
     :ivar tgt_in: (B, T) long, BOS followed by the target ids, then PAD (decoder input).
     :ivar tgt_out: (B, T) long, the target ids followed by EOS, then PAD (what is predicted).
     :ivar indices: (B,) long, positions of the pairs in their split.
+    :ivar guide: (B, T, S) float, the attention targets of guided alignment (row t a distribution
+        over the source positions, or all zero where target position t has no links), or None.
     """
 
     src: torch.Tensor
@@ -50,6 +53,7 @@ class Batch:
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     indices: torch.Tensor
+    guide: torch.Tensor | None = None
 
     @property
     def num_tgt_tokens(self) -> int:
@@ -63,6 +67,7 @@ class Batch:
             self.tgt_in.to(device, non_blocking=non_blocking),
             self.tgt_out.to(device, non_blocking=non_blocking),
             self.indices,
+            None if self.guide is None else self.guide.to(device, non_blocking=non_blocking),
         )
 
 
@@ -169,14 +174,17 @@ class PairData:
     :param dataset: a dataset made by :func:`tokenize`.
     :param rows: the rows of ``dataset`` this split consists of, in order (default all); position
         ``i`` of this object is row ``rows[i]`` of the dataset (see :meth:`filtered`).
+    :param guide: the word links of the dataset's rows, for guided alignment (batches then carry
+        their attention targets), or None.
     """
 
-    def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None) -> None:
+    def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None,
+                 guide: AlignmentGuide | None = None) -> None:  # fmt: skip
         if dataset._indices is not None:  # a select()ed view: write the rows it maps to
             dataset = dataset.flatten_indices()
         table = dataset.data.table
         self._src, self._tgt = IdColumn(table.column("src_ids")), IdColumn(table.column("tgt_ids"))
-        self._dataset = dataset
+        self._dataset, self.guide = dataset, guide
         self.rows = np.arange(len(self._src)) if rows is None else np.asarray(rows, dtype=np.int64)
         # +1 for the EOS of the source and for the BOS/EOS of the target
         self.src_lens = self._src.lengths[self.rows] + 1
@@ -212,7 +220,7 @@ class PairData:
                 f"no training pairs left: {int(empty.sum())} have an empty side and {int(too_long.sum())} are longer "
                 f"than data.max_len={max_len} subwords; raise data.max_len"
             )
-        return self if keep.all() else PairData(self._dataset, self.rows[keep])
+        return self if keep.all() else PairData(self._dataset, self.rows[keep], self.guide)
 
     def collate(self, indices: np.ndarray) -> Batch:
         """Pad the pairs at ``indices`` into one :class:`Batch`."""
@@ -232,7 +240,15 @@ class PairData:
             torch.from_numpy(tgt_in),
             torch.from_numpy(tgt_out),
             torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+            None if self.guide is None else self._guide(indices, src.size(1), tgt_in.shape[1]),
         )
+
+    def _guide(self, indices: np.ndarray, width: int, height: int) -> torch.Tensor:
+        """:return: (B, T, S) the guided-alignment targets of the pairs at ``indices``."""
+        guide = self.guide
+        return torch.from_numpy(np.stack([
+            guide.targets(guide.links[int(self.rows[i])], self.source(i), self.target(i), width, height) for i in indices
+        ]))  # fmt: skip
 
     def token_batches(self, max_tokens: int, shuffle: bool, seed: int = 0, epoch: int = 0) -> list[np.ndarray]:
         """Cut the split into batches of at most ``max_tokens`` padded tokens, every pair exactly once.
@@ -316,22 +332,34 @@ class Splits:
     evaluation: dict[str, tuple[PairData, list[str], list[str]]]  # role -> (ids, sources, references)
 
 
-def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None) -> Splits:
+def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None, links: str | None = None) -> Splits:
     """Read the corpus, build (or reuse) the subword models and the tokenized datasets.
 
     :param vocabs: the subword models to use (a resumed run's, from its checkpoint); None = build or
         reuse the cached ones for this corpus.
+    :param links: a Pharaoh file with the word links of every training pair, one line a pair in the
+        corpus's order, or ``gold`` for a synthetic corpus's own: the training batches then carry
+        guided alignment's targets (:mod:`nmt.data.guidance`).
     """
     corpus = load_corpus(data_cfg)
     cache = Path(data_cfg.cache_dir)
     train = corpus["train"].pairs
+    train_links = _read_links(links, corpus["train"], data_cfg) if links else None
     if data_cfg.get("max_train_pairs"):
-        train = subset(train, int(data_cfg.max_train_pairs))
+        rows = subset_rows(len(train), int(data_cfg.max_train_pairs))
+        train = train.select(rows)
+        train_links = None if train_links is None else [train_links[r] for r in rows]
     settings = VocabSettings(**data_cfg.vocab)
     src_vocab, tgt_vocab = vocabs or build_vocabs(train, settings, cache / "spm")
     num_proc = int(data_cfg.get("num_proc") or 1)
     ids = tokenize(train, src_vocab, tgt_vocab, cache / "tokenized", keep_text=False, num_proc=num_proc)
-    train_data = PairData(ids).filtered(data_cfg.max_len)
+    guide = None
+    if train_links is not None:
+        guide = AlignmentGuide(train_links, src_vocab, tgt_vocab)
+        everything, text = PairData(ids), train.select_columns(["src", "tgt"]).to_dict()
+        guide.check_words([everything.source(i) for i in range(len(everything))],
+                          [everything.target(i) for i in range(len(everything))], text["src"], text["tgt"])  # fmt: skip
+    train_data = PairData(ids, guide=guide).filtered(data_cfg.max_len)
     evaluation = {}
     for role, split in corpus.items():
         if role != "train":
@@ -348,10 +376,25 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
 SUBSET_SEED = 0
 
 
+def subset_rows(num_pairs: int, count: int) -> np.ndarray:
+    """The rows of ``count`` pairs of ``num_pairs`` drawn at random (always the same ones for the
+    same corpus size), in corpus order; all rows if ``count`` is not smaller."""
+    if count >= num_pairs:
+        return np.arange(num_pairs)
+    log.info("data.max_train_pairs=%d: training on a fixed random subset of the %d pairs", count, num_pairs)
+    return np.sort(np.random.default_rng(SUBSET_SEED).choice(num_pairs, size=count, replace=False))
+
+
 def subset(pairs: datasets.Dataset, count: int) -> datasets.Dataset:
-    """``count`` pairs drawn at random (always the same ones for the same corpus), in corpus order."""
-    if count >= len(pairs):
-        return pairs
-    rows = np.sort(np.random.default_rng(SUBSET_SEED).choice(len(pairs), size=count, replace=False))
-    log.info("data.max_train_pairs=%d: training on a fixed random subset of the %d pairs", count, len(pairs))
-    return pairs.select(rows)
+    """``count`` pairs drawn at random (:func:`subset_rows`), in corpus order."""
+    return pairs if count >= len(pairs) else pairs.select(subset_rows(len(pairs), count))
+
+
+def _read_links(links: str, split, data_cfg: DictConfig) -> list[np.ndarray]:
+    """The word links of every training pair of ``split`` (a TextSplit), from a file or, for
+    ``gold``, the synthetic corpus's own."""
+    text = split.pairs.select_columns(["src", "tgt"]).to_dict()
+    if links == GOLD:
+        check_gold(corpus_kind(data_cfg))
+        return gold_links_of(text["src"])
+    return read_links(links, text["src"], text["tgt"])

@@ -10,7 +10,7 @@ optimizer and scheduler are also built once on dummy sizes, so that a constructo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from nmt.data.corpora import MULTI30K_SPLITS, check_multi30k_pair
+from nmt.data.guidance import GOLD, check_gold
 from nmt.data.text import DataError
 from nmt.errors import ConfigError, instantiation_message
-from nmt.model import build_model, check_attention_fits
+from nmt.model import Seq2Seq, build_model, check_attention_fits
 from nmt.search import SearchSettings, check_search_settings
 
 VOCAB_TYPES = ("unigram", "bpe")
+NO_ATTENTION = "nmt.attention.NoAttention"
 MIN_VOCAB_SIZE = 8  # the four special pieces and a few real ones
 DATA_KINDS = ("multi30k", "files", "synthetic", "hf")
 _ABSENT = object()
@@ -64,7 +66,7 @@ INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.overwrite"
 # comes from the checkpoint: a change there is refused rather than silently ignored.
 RESUMABLE_TRAIN = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("train.")) + (
     "max_epochs", "max_steps", "patience", "eval_every", "val_beam_size", "search", "max_bad_steps", "clip_norm",
-    "label_smoothing", "amp", "ema")  # fmt: skip
+    "label_smoothing", "amp", "ema", "init_from")  # fmt: skip
 RESUMABLE_DATA = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("data."))
 
 
@@ -74,8 +76,10 @@ def resumable(key: str) -> bool:
     section, _, rest = key.partition(".")
     head = rest.split(".", 1)[0]
     if section == "model":
-        return key.rsplit(".", 1)[-1].endswith("dropout")
+        return is_dropout(key)
     if key == "data.vocab.sample_size":  # a resumed run keeps its checkpoint's subword models
+        return True
+    if key in ("train.guided_alignment.weight", "train.guided_alignment.decay"):  # read at every update
         return True
     return (section == "train" and head in RESUMABLE_TRAIN) or (section == "data" and head in RESUMABLE_DATA)
 
@@ -88,18 +92,86 @@ def resume_changes(saved: dict, cfg: DictConfig, checkpoint: str | Path) -> list
         resume key itself is left out.
     :raise ConfigError: one line naming every other differing key with both values.
     """
-    old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
-    differ = sorted(k for k in old.keys() | new.keys() if k.split(".")[0] in ("model", "data", "train")
-                    and old.get(k, _ABSENT) != new.get(k, _ABSENT))  # fmt: skip
-    show = lambda d, k: "(absent)" if k not in d else repr(d[k])  # noqa: E731
-    refused = [f"{k}: {show(old, k)} in the checkpoint, {show(new, k)} now" for k in differ if not resumable(k)]
+    differ = differences(saved, cfg, ("model", "data", "train"))
+    refused = [d for d in differ if not resumable(d.key)]
     if refused:
         raise ConfigError(
             f"cannot resume {checkpoint}: the config differs from the checkpoint's where it shapes the model, "
-            f"subwords, data or optimizer: {'; '.join(refused)}. Resume with the checkpoint's values, or start a new "
-            "run in another folder (hydra.run.dir=...)"
+            f"subwords, data or optimizer: {_both_values(refused)}. Resume with the checkpoint's values, or start a "
+            "new run in another folder (hydra.run.dir=...)"
         )
-    return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in differ if k != "train.resume"]
+    return [f"{d.key}: {d.saved} -> {d.now}" for d in differ if d.key != "train.resume"]
+
+
+def is_dropout(key: str) -> bool:
+    """Whether the dotted model ``key`` is a dropout rate (``model.dropout``,
+    ``model.decoder.attention_dropout``, ``model.tgt_word_dropout``...): the modules read it at
+    every forward pass, so a run may change it from its checkpoint's."""
+    return key.rsplit(".", 1)[-1].endswith("dropout")
+
+
+def fits_weights(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ between a checkpoint and a new run that starts
+    from its weights and subword models (``train.init_from``): any key but the model's classes,
+    sizes and switches and the subword settings. Of those, the dropout rates and
+    ``data.vocab.sample_size`` (how many sentences the subword models were trained on) may differ too."""
+    if key.startswith("model."):
+        return is_dropout(key)
+    return not key.startswith("data.vocab.") or key == "data.vocab.sample_size"
+
+
+def init_changes(saved: dict, cfg: DictConfig, checkpoint: str | Path) -> list[str]:
+    """Compare the config of the checkpoint a new run starts from (``train.init_from``) with the
+    new run's, where it shapes the weights and the subword models (:func:`fits_weights`).
+
+    :param saved: the checkpoint's (resolved) config.
+    :return: the model settings the new run changes (dropout rates), as ``key: old -> new``.
+    :raise ConfigError: one line naming every key that must keep the checkpoint's value, with both
+        values and the overrides that restore them.
+    """
+    differ = differences(saved, cfg, ("model", "data"))
+    refused = [d for d in differ if not fits_weights(d.key)]
+    if refused:
+        restore = " ".join(f"{d.key}={_as_override(d.saved)}" for d in refused if d.saved != "(absent)")
+        raise ConfigError(
+            f"cannot start from {checkpoint}: the config differs from the checkpoint's where it shapes the weights or "
+            f"the subword models: {_both_values(refused)}. Give the checkpoint's values"
+            f"{f' ({restore})' if restore else ''}, or train from scratch without train.init_from"
+        )
+    return [f"{d.key}: {d.saved} -> {d.now}" for d in differ if d.key.startswith("model.")]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A key whose value differs between a checkpoint's config and a new one, with both values as
+    ``repr`` writes them (``(absent)`` where a config lacks the key)."""
+
+    key: str
+    saved: str
+    now: str
+
+
+def differences(saved: dict, cfg: DictConfig, sections: tuple[str, ...]) -> list[Difference]:
+    """The keys under ``sections`` (e.g. ``("model", "data")``) whose values differ between the
+    checkpoint's config ``saved`` (resolved) and ``cfg``, sorted."""
+    old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
+    differ = sorted(k for k in old.keys() | new.keys() if k.split(".")[0] in sections
+                    and old.get(k, _ABSENT) != new.get(k, _ABSENT))  # fmt: skip
+    show = lambda d, k: "(absent)" if k not in d else repr(d[k])  # noqa: E731
+    return [Difference(k, show(old, k), show(new, k)) for k in differ]
+
+
+def _both_values(refused: list[Difference]) -> str:
+    return "; ".join(f"{d.key}: {d.saved} in the checkpoint, {d.now} now" for d in refused)
+
+
+def _as_override(shown: str) -> str:
+    """A value as ``repr`` wrote it, spelled as a command-line override (``True`` -> ``true``,
+    ``'bpe'`` -> ``bpe``, ``None`` -> ``null``)."""
+    spelled = {"True": "true", "False": "false", "None": "null"}
+    if shown in spelled:
+        return spelled[shown]
+    return shown[1:-1] if len(shown) > 1 and shown[0] == shown[-1] == "'" else shown
 
 
 def override_key(override: str) -> str:
@@ -276,6 +348,41 @@ def _check_train(cfg: DictConfig) -> None:
             f"train.resume={resume}: no such checkpoint file; give a file, auto (<run>/checkpoints/last.pt) or null"
         )
     check_search(cfg, "train.search")
+    _check_guided_alignment(cfg)
+
+
+def _check_guided_alignment(cfg: DictConfig) -> None:
+    """``train.guided_alignment``: a links file (or ``gold``), a weight and decay that make sense, a
+    model with attention to guide. The layer and heads are checked on the built model."""
+    path = value(cfg, "train.guided_alignment.path")
+    weight = check_number(cfg, "train.guided_alignment.weight", lambda v: v >= 0, "a number >= 0")
+    check_number(cfg, "train.guided_alignment.decay", lambda v: 0 < v <= 1, "a factor in (0, 1] (1 = constant)")
+    if path in (None, ""):
+        return
+    if path == GOLD:
+        check_gold(value(cfg, "data.kind"))
+    else:
+        check_file(cfg, "train.guided_alignment.path")
+    if weight == 0:
+        raise ConfigError("train.guided_alignment.weight=0 with a links file: give a weight > 0 (e.g. 0.1), or "
+                          "train.guided_alignment.path=null to train without guidance")  # fmt: skip
+    if value(cfg, "model.attention._target_") == NO_ATTENTION:
+        raise ConfigError("train.guided_alignment.path is set but model.attention=none has no attention to guide; choose "
+                          "an attention (e.g. model/attention=bahdanau) or train.guided_alignment.path=null")  # fmt: skip
+
+
+def guided_attention(model: Seq2Seq, guided: DictConfig) -> None:
+    """Make ``model`` return, in training, the attention that ``train.guided_alignment`` guides (a
+    Transformer's chosen layer and heads; an RNN decoder's one attention).
+
+    :raise ConfigError: naming ``train.guided_alignment.layer`` or ``.heads``, for a choice the
+        model does not have (or any choice, for an RNN decoder).
+    """
+    heads = None if guided.heads is None else [int(h) for h in guided.heads]
+    try:
+        model.set_alignment(guided.layer, heads)
+    except ValueError as e:
+        raise ConfigError(str(e).replace("align.", "train.guided_alignment.")) from None
 
 
 def _check_instantiation(cfg: DictConfig) -> None:
@@ -283,7 +390,9 @@ def _check_instantiation(cfg: DictConfig) -> None:
     touching the global random state."""
     with torch.random.fork_rng(devices=[]):
         try:
-            build_model(cfg.model, MIN_VOCAB_SIZE, MIN_VOCAB_SIZE)
+            model = build_model(cfg.model, MIN_VOCAB_SIZE, MIN_VOCAB_SIZE)
+            if value(cfg, "train.guided_alignment.path") not in (None, ""):
+                guided_attention(model, cfg.train.guided_alignment)
             optimizer = hydra.utils.instantiate(cfg.train.optimizer)
             scheduler = hydra.utils.instantiate(cfg.train.scheduler)
         except InstantiationException as e:

@@ -19,6 +19,17 @@ from nmt.search import SearchSchema
 
 
 @dataclass
+class GuidedAlignmentSettings:
+    """``train.guided_alignment.*``: attention trained towards an aligner's word links."""
+
+    path: Optional[str] = MISSING  # noqa: UP045
+    weight: float = MISSING
+    decay: float = MISSING
+    layer: Optional[int] = MISSING  # noqa: UP045
+    heads: Optional[list[int]] = MISSING  # noqa: UP045
+
+
+@dataclass
 class TrainSettings:
     """``train.*``: the training loop of :mod:`nmt.train` (defaults: ``configs/train/default.yaml``)."""
 
@@ -40,9 +51,11 @@ class TrainSettings:
     log_every: int = MISSING
     keep_checkpoints: int = MISSING
     resume: Optional[str] = MISSING  # noqa: UP045 (OmegaConf reads the annotation at run time)
+    init_from: Optional[str] = MISSING  # noqa: UP045
     overwrite: bool = MISSING
     max_bad_steps: int = MISSING
     num_heatmaps: int = MISSING
     decode_batch_size: int = MISSING
     ema: float = MISSING
     val_beam_size: int = MISSING
+    guided_alignment: GuidedAlignmentSettings = MISSING

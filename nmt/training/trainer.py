@@ -39,7 +39,7 @@ from nmt.plotting import alignment_grid_figure, attention_figure
 from nmt.runtime import provenance
 from nmt.search import SearchSettings, greedy_search
 from nmt.tokens import BOS_ID
-from nmt.training.checks import flatten
+from nmt.training.checks import flatten, guided_attention
 from nmt.training.distributed import Dist
 from nmt.training.ema import WeightAverage
 from nmt.training.runlog import METRICS, MetricsLog
@@ -76,12 +76,14 @@ def stop_reason(progress: Progress, tcfg: DictConfig) -> str | None:
 @dataclass
 class UpdateStats:
     """What one update measured: smoothed loss and NLL per target token (this rank), its target
-    tokens, and the gradient norm before clipping (non-finite: the update was skipped)."""
+    tokens, the gradient norm before clipping (non-finite: the update was skipped), and with guided
+    alignment its attention's cross-entropy against the links, per target token (else None)."""
 
     loss: float
     nll: float
     tokens: int
     grad_norm: float
+    alignment: float | None = None
 
 
 class Objective(torch.nn.Module):
@@ -95,15 +97,25 @@ class Objective(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """:return: smoothed loss sum and NLL sum over the batch's real target tokens."""
-        return self.model.loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, label_smoothing)
+    def forward(
+        self, batch: Batch, label_smoothing: float, guide_weight: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """:return: the loss to minimise (smoothed cross-entropy, plus ``guide_weight`` x guided
+        alignment's cross-entropy when the batch carries links), the NLL sum over the batch's real
+        target tokens, and the alignment loss sum (detached; None without guidance)."""
+        args = batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, label_smoothing
+        if batch.guide is None or guide_weight == 0.0:
+            return *self.model.loss(*args), None
+        loss, alignment, nll = self.model.guided_loss(*args, batch.guide)
+        return loss + guide_weight * alignment, nll, alignment.detach()
 
 
-def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: DictConfig, job: Dist) -> UpdateStats:
+def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: DictConfig, job: Dist,
+                 guide_weight: float = 0.0) -> UpdateStats:  # fmt: skip
     """One optimizer update from ``batches`` (gradient accumulation) on every rank.
 
     :param net: the :class:`Objective`, or DDP around it.
+    :param guide_weight: the weight of guided alignment's loss (batches without links: unused).
 
     The loss is normalised by the target tokens of all batches on all ranks, so that k batches
     accumulated, or k ranks with one batch each, give the gradient of one batch holding them all.
@@ -113,23 +125,27 @@ def train_update(net: torch.nn.Module, optimizer, batches: list[Batch], tcfg: Di
     total_tokens = job.sum(local_tokens)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = nll_sum = 0.0
+    alignment_sum: float | None = None
     net.train()
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         sync = nullcontext() if last or not job.enabled else net.no_sync()  # all-reduce once, at the end
         with sync, _autocast(batch.src.device, tcfg.amp):
             with record_function("forward"):  # the phases, labelled for torch.profiler (scripts/profile_update.py)
-                loss, nll = net(batch, tcfg.label_smoothing)
+                loss, nll, alignment = net(batch, tcfg.label_smoothing, guide_weight)
             with record_function("backward"):
                 (loss * (job.world_size / total_tokens)).backward()
         loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll)
+        if alignment is not None:
+            alignment_sum = (alignment_sum or 0.0) + float(alignment)
     with record_function("optimizer"):
         # the same (all-reduced) gradients on every rank, so every rank takes the same decision
         limit = tcfg.clip_norm if tcfg.clip_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), limit))
         if math.isfinite(grad_norm):
             optimizer.step()
-    return UpdateStats(loss_sum / local_tokens, nll_sum / local_tokens, local_tokens, grad_norm)
+    alignment = None if alignment_sum is None else alignment_sum / local_tokens
+    return UpdateStats(loss_sum / local_tokens, nll_sum / local_tokens, local_tokens, grad_norm, alignment)
 
 
 def _autocast(device: torch.device, amp: str):
@@ -155,10 +171,14 @@ def _log_train(writer: SummaryWriter, metrics: MetricsLog, step: int, stats: Upd
     updates; ``threads``: the run's own (all its processes')."""
     load = cpu_load()
     machine = "" if load is None else f"; CPU load {load:.2f} (cores {os.cpu_count()}, run threads {threads})"
-    log.info("update %d: loss %.4f, ppl %.2f, lr %.2e, |g| %.2f, %.0f target tokens/s%s",
-             step, stats.loss, perplexity(stats.nll), lr, stats.grad_norm, tok_s, machine)  # fmt: skip
+    guided = "" if stats.alignment is None else f", alignment {stats.alignment:.4f}"
+    log.info("update %d: loss %.4f, ppl %.2f%s, lr %.2e, |g| %.2f, %.0f target tokens/s%s",
+             step, stats.loss, perplexity(stats.nll), guided, lr, stats.grad_norm, tok_s, machine)  # fmt: skip
     metrics.write("train", step=step, loss=stats.loss, ppl=perplexity(stats.nll), lr=lr, grad_norm=stats.grad_norm,
-                  tgt_tokens_per_s=tok_s, cpu_load=load, cores=os.cpu_count(), threads=threads)  # fmt: skip
+                  tgt_tokens_per_s=tok_s, cpu_load=load, cores=os.cpu_count(), threads=threads,
+                  **({} if stats.alignment is None else {"alignment": stats.alignment}))  # fmt: skip
+    if stats.alignment is not None:
+        writer.add_scalar("train/alignment", stats.alignment, step)
     if load is not None:
         writer.add_scalar("train/cpu_load", load, step)
     writer.add_scalar("train/loss", stats.loss, step)
@@ -217,6 +237,8 @@ class Trainer:
                  scheduler: LRScheduler, resume: tuple[Path, dict] | None) -> None:  # fmt: skip
         self.cfg, self.tcfg, self.run_dir, self.job = cfg, cfg.train, run_dir, job
         self.data, self.model, self.optimizer, self.scheduler = data, model, optimizer, scheduler
+        if self.tcfg.guided_alignment.path:
+            guided_attention(self.model, self.tcfg.guided_alignment)  # the attention the loss guides
         objective = Objective(self.model)
         self.net = DistributedDataParallel(objective) if job.enabled else objective  # the plain model gets saved
         self.settings = SearchSettings(**self.tcfg.search)  # the final test scores
@@ -273,7 +295,7 @@ class Trainer:
         :return: what the update measured (a non-finite ``grad_norm``: it was skipped).
         """
         batches = [self.data.train.collate(indices).to(self.job.device) for indices in group]
-        stats = train_update(self.net, self.optimizer, batches, self.tcfg, self.job)
+        stats = train_update(self.net, self.optimizer, batches, self.tcfg, self.job, self.guide_weight())
         p = self.progress
         p.update_in_epoch += 1
         if math.isfinite(stats.grad_norm):
@@ -286,6 +308,11 @@ class Trainer:
                 self.scheduler.step()
         self._check_budget()
         return stats
+
+    def guide_weight(self) -> float:
+        """Guided alignment's weight in the current epoch: ``weight x decay^epoch`` (0 without links)."""
+        guided = self.tcfg.guided_alignment
+        return float(guided.weight) * float(guided.decay) ** self.progress.epoch if guided.path else 0.0
 
     def log_due(self) -> bool:
         """Every ``train.log_every`` good updates, on rank 0."""
