@@ -199,6 +199,26 @@ def reference_links(model, src_vocab, tgt_vocab, text: ParallelText, cfg: DictCo
             for m in matrices]  # fmt: skip
 
 
+def extraction_name(shift: bool, eos_unaligned: bool) -> str:
+    """``plain``, ``shift``, ``eos_unaligned`` or ``shift+eos_unaligned``."""
+    return "+".join(name for name, on in (("shift", shift), ("eos_unaligned", eos_unaligned)) if on) or "plain"
+
+
+def links_by_extraction(model, src_vocab, tgt_vocab, text: ParallelText, cfg: DictConfig,
+                        device) -> dict[str, list[set[Link]]]:  # fmt: skip
+    """:func:`reference_links` with every combination of ``alignments.shift`` and
+    ``alignments.eos_unaligned`` (two force-decodings), by :func:`extraction_name`."""
+    out = {}
+    for shift in (False, True):
+        matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device, shift,
+                                  keep_eos=True)  # fmt: skip
+        for eos in (False, True):
+            out[extraction_name(shift, eos)] = [
+                hard_links(drop_eos(m, eos), cfg.alignments.method, cfg.alignments.threshold) for m in matrices
+            ]
+    return out
+
+
 def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
     """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs),
     and the word alignments it writes where gold ones are known."""
@@ -246,7 +266,7 @@ def evaluate(cfg: DictConfig) -> dict:
     for name, hyps in systems.items():
         if len(hyps) != len(text.src):
             raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
-    decoded, searches, links, layer_links = {}, {}, {}, {}
+    decoded, searches, links, layer_links, extraction_links = {}, {}, {}, {}, {}
     files: dict[Path, str] = {}  # written with the report, once everything is computed: a failed command writes nothing
     for name, payload in payloads.items():
         log.info("decoding %d sentences with %s (precision %s)", len(text.src), checkpoints[name], cfg.precision)
@@ -259,7 +279,8 @@ def evaluate(cfg: DictConfig) -> dict:
                 choose_attention(model, cfg.alignments.layer, cfg.alignments.heads)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
             if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
-                links[name] = reference_links(model, src_vocab, tgt_vocab, text, cfg, device)
+                extraction_links[name] = links_by_extraction(model, src_vocab, tgt_vocab, text, cfg, device)
+                links[name] = extraction_links[name][extraction_name(cfg.alignments.shift, cfg.alignments.eos_unaligned)]
                 for layer in range(layers if layers > 1 else 0):  # each Transformer layer, all heads
                     choose_attention(model, layer, None)
                     layer_links.setdefault(name, []).append(reference_links(model, src_vocab, tgt_vocab, text, cfg, device))
@@ -291,6 +312,10 @@ def evaluate(cfg: DictConfig) -> dict:
                                         layer=cfg.alignments.layer, heads=cfg.alignments.heads)  # fmt: skip
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)
+            report["systems"][name]["word_alignment"]["extractions"] = {  # every extraction, beside the chosen one
+                extraction: alignment_scores(one, gold, bin_ids, report)
+                for extraction, one in extraction_links[name].items()
+            }
             if name in layer_links:  # a Transformer's every cross-attention layer, heads averaged
                 report["systems"][name]["word_alignment"]["layers"] = [
                     alignment_scores(one, gold, bin_ids, report) for one in layer_links[name]

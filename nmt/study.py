@@ -37,6 +37,14 @@ unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=aut
 with the same bins and beam (:func:`evaluation_is_current`). A killed study is resumed, or a
 finished one's tables rebuilt, by running the same command again.
 
+``--guided MODEL`` trains ``MODEL_guided`` beside ``MODEL``, with the same experiment, budget and
+seeds and guided alignment (``train.guided_alignment.path``: the synthetic task's own links, or
+``--guide FILE``); every attending model's AER is reported for each way of reading its attention
+(plain, shifted, ``</s>`` as unaligned, both), mean ± sd over seeds:
+
+    python -m nmt.study --data synthetic --out runs/alignment_synthetic --seeds 1 2 3 \
+        --models bahdanau luong_dot transformer --guided bahdanau luong_dot transformer
+
 ``data=synthetic`` uses ``configs/experiment/synthetic_bottleneck.yaml`` (sentences up to 60 words);
 ``data=multi30k`` uses ``configs/experiment/multi30k_de_en.yaml``; ``--experiment`` picks another.
 """
@@ -60,7 +68,14 @@ from nmt.checkpoint import upgrade_config
 from nmt.configs import CONFIG_DIR
 from nmt.data.corpora import MULTI30K_SPLITS
 from nmt.evaluation.report import format_report
-from nmt.evaluation.seeds import aggregate, aggregate_figure, aggregate_table, alignment_table, overall_table
+from nmt.evaluation.seeds import (
+    aggregate,
+    aggregate_figure,
+    aggregate_table,
+    alignment_table,
+    extraction_table,
+    overall_table,
+)
 from nmt.files import atomic_write_bytes, atomic_write_text, check_output_dir
 from nmt.plotting import figure_png
 from nmt.training.checks import INCIDENTAL, flatten
@@ -83,6 +98,18 @@ EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"
 # sizes and schedule are not the RNN experiment's (the data, budget and seeds are shared)
 MODELS["transformer"] = []
 OWN_EXPERIMENTS = {"transformer": {"synthetic": "synthetic_transformer", "multi30k": "multi30k_de_en_transformer"}}
+GUIDED = "_guided"  # --guided MODEL trains MODEL_guided beside MODEL
+
+
+def model_overrides(name: str, guide: str | None) -> list[str]:
+    """The overrides that select model ``name`` (:data:`MODELS`); a ``_guided`` one adds guided
+    alignment towards ``guide`` (None: the synthetic task's gold links)."""
+    if not name.endswith(GUIDED):
+        return MODELS[name]
+    path = str(Path(guide).resolve()) if guide else "gold"
+    return [*MODELS[name.removesuffix(GUIDED)], f"train.guided_alignment.path={path}"]
+
+
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
 DEFAULT_BEAM = {"synthetic": 1, "multi30k": 5}
 SAMPLE_SIZE = "data.vocab.sample_size"  # shapes the subwords only of a corpus larger than it
@@ -98,6 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", help="multi30k: folder holding the task-1 raw files (data.dir)")
     parser.add_argument("--models", nargs="+", default=["none", "bahdanau"], choices=sorted(MODELS),
                         help="models to train; the first is the baseline of the paired tests")  # fmt: skip
+    parser.add_argument("--guided", nargs="+", default=[], metavar="MODEL", help="models also trained with guided "
+                        "alignment, as MODEL_guided: towards the synthetic task's own links, or --guide's")  # fmt: skip
+    parser.add_argument("--guide", help="links of the training pairs for --guided (train.guided_alignment.path; the "
+                        "synthetic task's default: its gold links)")  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int, default=[1234], help="train.seed values: every model is "
                         "trained once per seed (default: 1234)")  # fmt: skip
     parser.add_argument("--single-seed", nargs="+", default=[], metavar="MODEL", help="models trained with the "
@@ -116,6 +147,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "and an estimate of the time left, then stop (trains and decodes nothing)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
     args = parser.parse_args(argv)
+    if sorted(set(args.guided) - set(args.models)) or "none" in args.guided:
+        parser.error(f"--guided {' '.join(args.guided)}: each must be among --models and attend (not none)")
+    if args.guided and args.data != "synthetic" and not args.guide:
+        parser.error("--guided on multi30k needs --guide FILE: links of the training pairs (python -m nmt.links)")
+    args.models = [*args.models, *(f"{m}{GUIDED}" for m in args.guided)]
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed is given twice")
     unknown = sorted(set(args.single_seed) - set(args.models))
@@ -279,9 +315,11 @@ class Plan:
             common.append(f"data.cache_dir={Path(args.cache_dir).resolve()}")
         self.common = common + args.overrides
         self.seeds = planned_runs(args)
-        self.experiments = {name: OWN_EXPERIMENTS.get(name, {}).get(args.data, experiment) for name in args.models}
+        self.experiments = {name: OWN_EXPERIMENTS.get(name.removesuffix(GUIDED), {}).get(args.data, experiment)
+                            for name in args.models}  # fmt: skip
         self.runs = {(name, seed): (run_path(self.out, name, seed), [f"experiment={self.experiments[name]}", *self.common,
-                                                                     *MODELS[name], f"train.seed={seed}"])
+                                                                     *model_overrides(name, args.guide),
+                                                                     f"train.seed={seed}"])
                      for seed, models in self.seeds.items() for name in models}  # fmt: skip
         self.splits = test_splits(args)
         self.bins, self.beam = args.bins or DEFAULT_BINS[args.data], args.beam_size or DEFAULT_BEAM[args.data]
@@ -343,7 +381,7 @@ def report(plan: Plan, argv: list[str]) -> None:
         "```", shlex.join(["python", "-m", "nmt.study", *argv]), "```",
         "", f"Experiments: {', '.join(f'{name}: `{exp}`' for name, exp in plan.experiments.items())}", "",
         f"Training overrides shared by every model: `{' '.join(plan.common)}`, and `train.seed=S` per seed", "",
-        *(f"- {name}: `{' '.join(MODELS[name])}`" for name in args.models), "",
+        *(f"- {name}: `{' '.join(model_overrides(name, args.guide))}`" for name in args.models), "",
         "## Training", "", *training_table(rows, plan.splits[0]), "",
         "machine: the median 1-minute load average while it trained; *shared* where it exceeded the run's own "
         "threads, i.e. other processes took cores too and its wall time and tokens/s are not the machine's "
@@ -367,6 +405,9 @@ def report(plan: Plan, argv: list[str]) -> None:
             over_seeds += [f"Alignment error rate (%) per bin, mean ± sd over seeds: the {view['method']} links of "
                            "each model's attention, the reference force-decoded, against the gold links "
                            f"({view['gold']}); lower is better; the diagonal needs no model.", "", *aer, ""]  # fmt: skip
+            over_seeds += ["Alignment error rate (%) of the whole set, mean ± sd over seeds, by how the attention is "
+                           "read: plain, each word's attention one step later (shift), a word attending most to "
+                           "</s> left unaligned (eos_unaligned), and both.", "", *extraction_table(result), ""]  # fmt: skip
         over_seeds += [f"![BLEU by source length]({split}/bleu_by_length.png)", ""]
         for seed, table in tables.items():
             over_seeds += [f"### {split}, seed {seed}", "", "```", table, "```", "",

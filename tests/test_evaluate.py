@@ -453,9 +453,10 @@ def test_evaluate_checkpoints_on_their_split(synthetic_checkpoints: dict[str, Pa
 
 def test_eos_unaligned_reaches_the_links_it_scores(synthetic_checkpoints: dict[str, Path], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """``alignments.eos_unaligned`` is what extracts every scored link (each of the 30 pairs'
-    matrices goes through ``drop_eos`` with it), it only ever removes links, and the report says
-    which setting scored them."""
+    """``alignments.eos_unaligned`` chooses the links written and scored; the report scores every
+    extraction beside them (plain, shifted, </s> as unaligned, both: each of the 30 pairs' matrices
+    goes through ``drop_eos`` once per extraction), ``</s>`` as unaligned only ever removes links,
+    and the report says which setting was chosen."""
     import nmt.evaluate
 
     seen, written = [], {}
@@ -469,8 +470,11 @@ def test_eos_unaligned_reaches_the_links_it_scores(synthetic_checkpoints: dict[s
             ])  # fmt: skip
         report = evaluate(cfg)
         assert report["word_alignment"]["eos_unaligned"] is unaligned
-        assert seen == [unaligned] * 30
+        assert sorted(seen) == [False] * 60 + [True] * 60  # 2 readings (shifted or not) x 2 extractions x 30 pairs
         seen.clear()
+        scores = report["systems"]["bahdanau"]["word_alignment"]
+        assert list(scores["extractions"]) == ["plain", "eos_unaligned", "shift", "shift+eos_unaligned"]
+        assert scores["aer"] == scores["extractions"]["eos_unaligned" if unaligned else "plain"]["aer"]
         lines = (tmp_path / str(unaligned) / "word_alignments" / "bahdanau.txt").read_text().splitlines()
         written[unaligned] = [set(line.split()) for line in lines]
     assert len(written[True]) == len(written[False]) == 30

@@ -50,6 +50,28 @@ def test_the_transformer_trains_from_its_own_experiment_on_the_same_budget(data:
     assert config["train"]["max_steps"] == 300
 
 
+def test_guided_models_train_beside_their_unguided_twins_on_the_same_budget_and_seeds(tmp_path: Path) -> None:
+    study = nmt.study
+    args = study.parse_args(["--data", "synthetic", "--out", "o", "--models", "none", "bahdanau", "transformer",
+                             "--guided", "bahdanau", "transformer", "--seeds", "1", "2"])  # fmt: skip
+    assert args.models == ["none", "bahdanau", "transformer", "bahdanau_guided", "transformer_guided"]
+    plan = study.Plan(args)
+    plain, guided = plan.runs[("bahdanau", 2)][1], plan.runs[("bahdanau_guided", 2)][1]
+    assert guided == [*plain[:-1], "train.guided_alignment.path=gold", "train.seed=2"]
+    assert plan.runs[("transformer_guided", 1)][1][0] == "experiment=synthetic_transformer"
+    config = study.expected_config(guided)
+    assert config["train"]["guided_alignment"]["path"] == "gold" and config["train"]["seed"] == 2
+    links = tmp_path / "train.links"
+    args = study.parse_args(["--data", "multi30k", "--out", "o", "--models", "bahdanau", "--guided", "bahdanau",
+                             "--guide", str(links)])  # fmt: skip
+    assert study.Plan(args).runs[("bahdanau_guided", 1234)][1][-2] == f"train.guided_alignment.path={links}"
+    for bad in (["--guided", "luong_dot"], ["--models", "none", "--guided", "none"]):  # not trained, or no attention
+        with pytest.raises(SystemExit):
+            study.parse_args(["--data", "synthetic", "--out", "o", *bad])
+    with pytest.raises(SystemExit):  # Multi30k knows no gold links
+        study.parse_args(["--data", "multi30k", "--out", "o", "--models", "bahdanau", "--guided", "bahdanau"])
+
+
 def test_test_splits_are_found_in_the_data_folder(tmp_path: Path) -> None:
     study = nmt.study
     for name in ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "test_2017_flickr.de", "test_2017_flickr.en",
@@ -297,6 +319,24 @@ def test_alignment_error_rate_over_seeds() -> None:
     assert table[2].endswith("| 20.00 ± 14.14 | 90.00 ± 0.00 |")
     assert study.aggregate({s: _seed_report(s, {"none": 0.8}) for s in (1, 2)}, "none")["word_alignment"] is None
     assert study.alignment_table({"word_alignment": None}) == []
+
+
+def test_every_extraction_is_aggregated_over_seeds() -> None:
+    """The AER of each way of reading the attention (plain, shifted, ...), mean ± sd over seeds."""
+    study = nmt.study
+    reports = {}
+    for seed, shifted in ((1, 0.5), (2, 0.7)):
+        report = _with_alignment(_seed_report(seed, {"none": 0.8, "bahdanau": 0.9}),
+                                 {"bahdanau": [0.1] * 4, "diagonal": [0.9] * 4})  # fmt: skip
+        report["systems"]["bahdanau"]["word_alignment"]["extractions"] = {
+            "plain": {"aer": 0.1}, "shift": {"aer": shifted}, "eos_unaligned": {"aer": 0.2}}
+        reports[seed] = report
+    view = study.aggregate(reports, "none")["word_alignment"]
+    assert view["extractions"]["bahdanau"]["shift"]["per_seed"] == {1: 0.5, 2: 0.7}
+    table = study.extraction_table({"word_alignment": view})
+    assert table[0] == "| model | plain | shift | eos_unaligned |"
+    assert table[2] == "| bahdanau | 10.00 ± 0.00 | 60.00 ± 14.14 | 20.00 ± 0.00 |"
+    assert study.extraction_table({"word_alignment": None}) == []
 
 
 @pytest.mark.slow

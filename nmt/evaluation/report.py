@@ -17,7 +17,9 @@ p-values against the first system), the terminal table, and the BLEU-by-length f
     word_alignment: {gold, method, threshold, diagonal: {aer, precision, recall, links, bins}}
                     (only where gold word alignments are known; each attending checkpoint system
                     then has ``word_alignment``: {aer, precision, recall, links,
-                    bins: [{lo, hi, count, aer, precision, recall, links}, ...]}, the others null)
+                    bins: [{lo, hi, count, aer, precision, recall, links}, ...],
+                    extractions: {plain | shift | eos_unaligned | shift+eos_unaligned: the same
+                    scores}, and a Transformer's layers: [the same scores a layer]}, the others null)
 
 A bin's ``hi`` is null for the open last bin; an empty bin has ``count`` 0, null scores and
 ``flag`` "empty"; a bin with fewer than ``min_count`` sentences is scored and flagged
@@ -281,6 +283,22 @@ def _aer_rows(report: dict) -> list[str]:
     lines.append(f"{'all':<8}{report['num_sentences']:>6}  " + "".join(cell(a["aer"]) for a in scored.values()))
     lines.append(f"{'P / R':<14}  " + "".join(f"{100 * a['precision']:.1f} / {100 * a['recall']:.1f}".ljust(width)
                                                for a in scored.values()))  # fmt: skip
+    return lines + _extraction_rows(report)
+
+
+def _extraction_rows(report: dict) -> list[str]:
+    """AER (%) over the whole set of each system's attention read every way (plain, shifted,
+    ``</s>`` as unaligned, both), a row a system."""
+    systems = {n: s["word_alignment"]["extractions"] for n, s in report["systems"].items()
+               if (s.get("word_alignment") or {}).get("extractions")}  # fmt: skip
+    if not systems:
+        return []
+    names = list(next(iter(systems.values())))
+    width = max(10, *(len(n) + 2 for n in names))
+    lines = ["", "alignment error rate (%) of each extraction, the whole set",
+             f"{'system':<16}" + "".join(n.ljust(width) for n in names)]  # fmt: skip
+    for system, scores in systems.items():
+        lines.append(f"{system:<16}" + "".join(f"{100 * scores[n]['aer']:5.1f}".ljust(width) for n in names))
     return lines
 
 

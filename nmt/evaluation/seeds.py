@@ -125,7 +125,35 @@ def aggregate_alignment(reports: dict[int, dict]) -> dict | None:
     view = first["word_alignment"]
     return {"gold": view["gold"], "method": view["method"], "bin_by": first["bin_by"], "edges": first["edges"],
             "bin_labels": first["bin_labels"], "counts": [b["count"] for b in view["diagonal"]["bins"]],
-            "models": models}  # fmt: skip
+            "models": models, "extractions": _extractions(per_seed)}  # fmt: skip
+
+
+def _extractions(per_seed: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """model -> extraction (plain, shift, ...) -> AER over the set: {mean, sd, per_seed}."""
+    out: dict[str, dict[str, dict]] = {}
+    for model, seeds in per_seed.items():
+        for seed, scores in seeds.items():
+            for extraction, one in (scores.get("extractions") or {}).items():
+                out.setdefault(model, {}).setdefault(extraction, {"per_seed": {}})["per_seed"][seed] = one["aer"]
+    for by_extraction in out.values():
+        for entry in by_extraction.values():
+            entry["mean"], entry["sd"] = _mean_sd(list(entry["per_seed"].values()))
+    return out
+
+
+def extraction_table(summary: dict) -> list[str]:
+    """A markdown table of the alignment error rate (%) over the whole set, mean ± sd over seeds,
+    a row a model, a column per way of reading its attention; empty when nothing was scored."""
+    view = (summary.get("word_alignment") or {}).get("extractions")
+    if not view:
+        return []
+    names = list(next(iter(view.values())))
+    pct = lambda e: _mean_sd_text(None if e["mean"] is None else 100 * e["mean"],  # noqa: E731
+                                  None if e["sd"] is None else 100 * e["sd"])  # fmt: skip
+    lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for model, by_extraction in view.items():
+        lines.append(f"| {model} | " + " | ".join(pct(by_extraction[n]) for n in names) + " |")
+    return lines
 
 
 def alignment_table(summary: dict) -> list[str]:
