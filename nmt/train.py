@@ -377,8 +377,9 @@ def continue_run(run_dir: Path, given: list[str]) -> tuple[DictConfig, list[str]
     file = run_dir / ".hydra" / "overrides.yaml"
     saved = [str(o) for o in OmegaConf.load(file)] if file.is_file() else []
     overrides = merge_overrides(saved, given)
+    searchpath = _searchpath(run_dir)  # where the run found configs of its own, if it had any
     try:
-        before, after = (hydra.compose("train", overrides=o) for o in (saved, overrides))
+        before, after = (hydra.compose("train", overrides=searchpath + o) for o in (saved, overrides))
     except (HydraException, OmegaConfBaseException) as e:
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise ConfigError(f"{file}: the run's overrides {saved} do not compose now ({first}); give the run's "
@@ -387,6 +388,22 @@ def continue_run(run_dir: Path, given: list[str]) -> tuple[DictConfig, list[str]
     log.info("train.resume: the settings of %s%s", run_dir / "config.yaml",
              f", with {' '.join(given)}" if given else "")  # fmt: skip
     return cfg, overrides
+
+
+def _searchpath(run_dir: Path) -> list[str]:
+    """``hydra.searchpath=[...]`` naming the config folders the run in ``run_dir`` was started with
+    beside the package's (``--config-dir`` or ``hydra.searchpath``, from its ``.hydra/hydra.yaml``),
+    so that its saved overrides compose again without them; [] when it had none."""
+    file = run_dir / ".hydra" / "hydra.yaml"
+    saved = OmegaConf.load(file) if file.is_file() else OmegaConf.create()
+    sources = OmegaConf.select(saved, "hydra.runtime.config_sources", default=None)
+    folders = [f"{source.schema}://{source.path}" for source in sources or []
+               if source.provider in USER_CONFIG_PROVIDERS and source.schema == "file"]  # fmt: skip
+    return [f"hydra.searchpath=[{','.join(folders)}]"] if folders else []
+
+
+# How Hydra names config folders that the command line added (``--config-dir``, ``hydra.searchpath``)
+USER_CONFIG_PROVIDERS = ("command-line", "hydra.searchpath in command-line")
 
 
 @command("train")

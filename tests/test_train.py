@@ -282,6 +282,31 @@ def test_the_hint_of_an_interrupted_run_alone_continues_it(tmp_path: Path) -> No
     assert "#   train.max_steps: 24 -> 30" in (run / "config.yaml").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["--config-dir", "hydra.searchpath"])
+def test_a_run_started_with_configs_of_its_own_resumes_from_its_folder_alone(tmp_path: Path, how: str) -> None:
+    """A run whose experiment lives in the user's folder (``--config-dir`` or ``hydra.searchpath``)
+    continues with ``train.resume=auto hydra.run.dir=RUN`` alone: the folder remembers where its
+    configs are."""
+    configs = tmp_path / "my_configs" / "experiment"
+    configs.mkdir(parents=True)
+    (configs / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /data: synthetic\n"
+                                       "data:\n  train_size: 200\n  valid_size: 20\n  test_size: 20\n"
+                                       "train:\n  max_steps: 4\n  num_heatmaps: 0\n")  # fmt: skip
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    tiny = ["model.emb_dim=16", "model.encoder.hidden_dim=16", "model.decoder.hidden_dim=16", "train.threads=1"]
+    where = tmp_path / "my_configs"
+    folder = ["--config-dir", str(where)] if how == "--config-dir" else [f"hydra.searchpath=[file://{where}]"]
+    started = subprocess.run([sys.executable, "-m", "nmt.train", *folder, "experiment=mine", f"data.cache_dir={cache}",
+                              *tiny, f"hydra.run.dir={run}"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert started.returncode == 0, started.stderr[-3000:]
+    more = subprocess.run([sys.executable, "-m", "nmt.train", "train.resume=auto", f"hydra.run.dir={run}",
+                           "train.max_steps=6"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert json.loads((run / "results.json").read_text())["steps"] == 6.0
+
+
 def test_prepare_data_filters_training_pairs_only(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path) -> None:
     long_src = " ".join(["ana"] * 30)
     long_tgt = " ".join(["ZUP"] * 30)
