@@ -3,7 +3,8 @@
 :class:`ConfigError`, :class:`DataError` and :class:`CheckpointError` carry one line that names the
 key, file or line and says what to do. :func:`command_errors` wraps a command's work: such an error
 (or a ``ValueError`` from a setting, or Hydra's instantiation error) becomes that one line and exit
-status 2; a failure of the machine (a full disk, a non-finite loss) one line and status 1; a second
+status 2; a failure of the machine (a full disk, memory exhausted, a non-finite loss) one line and
+status 1; a second
 Ctrl-C status 130. No traceback in any of these cases.
 """
 
@@ -30,6 +31,19 @@ class DataError(ValueError):
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, truncated, corrupt, foreign or of another version, or that
     cannot be written (e.g. the disk is full)."""
+
+
+OUT_OF_MEMORY = ("out of memory ({}): when training, lower data.max_tokens and raise train.accum_steps by the "
+                 "same factor (a run continues from checkpoints/last.pt with train.resume=auto); when translating, "
+                 "evaluating or scoring, lower batch_size")  # fmt: skip
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says an allocation failed: ``MemoryError``, torch's ``OutOfMemoryError``
+    (a GPU), or the CPU allocator's ``RuntimeError`` ("can't allocate memory")."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in str(error) or "out of memory" in str(error))
 
 
 def instantiation_message(error: InstantiationException) -> str:
@@ -61,6 +75,11 @@ def command_errors(log: logging.Logger, interrupted: str = "interrupted") -> Ite
         sys.exit(USAGE_ERROR)
     except (OSError, FloatingPointError) as e:
         log.error("%s", " ".join(str(e).split()))
+        sys.exit(FAILURE)
+    except (MemoryError, RuntimeError) as e:  # torch.OutOfMemoryError is a RuntimeError; so is the CPU allocator's
+        if not out_of_memory(e):
+            raise
+        log.error("%s", OUT_OF_MEMORY.format(" ".join(str(e).split())[:200] or type(e).__name__))
         sys.exit(FAILURE)
     except KeyboardInterrupt as e:  # a command may say what it kept: KeyboardInterrupt("...")
         log.error("%s", str(e) or interrupted)

@@ -51,7 +51,10 @@ def test_a_bad_checkpoint_is_one_line_and_status_2_everywhere(command: str, smok
 @pytest.mark.parametrize(
     ("error", "status"),
     [(ConfigError("k=1: bad"), 2), (DataError("f, line 2: bad"), 2), (CheckpointError("c.pt: bad"), 2),
-     (ValueError("bad\nvalue"), 2), (OSError(28, "No space left on device"), 1), (KeyboardInterrupt(), 130)],
+     (ValueError("bad\nvalue"), 2), (OSError(28, "No space left on device"), 1), (KeyboardInterrupt(), 130),
+     (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), 1), (MemoryError(), 1),
+     (RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to "
+                   "allocate 40000000000000 bytes."), 1)],
 )  # fmt: skip
 def test_command_errors_maps_each_error_to_one_line_and_a_status(error: BaseException, status: int, caplog) -> None:
     log = logging.getLogger("test_errors")
@@ -61,6 +64,20 @@ def test_command_errors_maps_each_error_to_one_line_and_a_status(error: BaseExce
     assert exit_info.value.code == status
     (record,) = caplog.records
     assert "\n" not in record.getMessage() and record.getMessage()
+
+
+def test_running_out_of_memory_says_which_setting_to_lower(caplog) -> None:
+    with caplog.at_level(logging.ERROR, logger="test_errors"), pytest.raises(SystemExit):
+        with command_errors(logging.getLogger("test_errors")):
+            torch.empty(10**14)  # 400 TB: the allocator refuses it at once
+    (record,) = caplog.records
+    assert record.getMessage().startswith("out of memory (") and "lower data.max_tokens" in record.getMessage()
+
+
+def test_another_runtime_error_is_not_taken_for_running_out_of_memory() -> None:
+    with pytest.raises(RuntimeError, match="a bug"):
+        with command_errors(logging.getLogger("test_errors")):
+            raise RuntimeError("a bug")
 
 
 @pytest.mark.parametrize(("args", "key"), [(["-m", "nmt.train", "train.max_epoch=3"], "train.max_epoch"),
