@@ -2,6 +2,7 @@
 
     python scripts/bench_gpu.py --data-dir /path/to/multi30k --out gpu.json
     python scripts/bench_gpu.py --data-dir ... --updates 100 -- data.max_tokens=16384   # larger batches
+    python scripts/bench_gpu.py --data-dir ... --experiment multi30k_de_en_transformer --skip-tests   # the Transformer
 
 1. the CUDA tests (``pytest -o addopts="" tests/gpu``): the GPU computes what the CPU does, and a
    run trains there in fp32 and bf16;

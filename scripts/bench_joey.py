@@ -1,15 +1,28 @@
-"""Translation speed of ``nmt`` and of Joey NMT 2.3 on one model size and one input, side by side.
+"""Translation speed of ``nmt`` and of Joey NMT 2.3 on one model and one input, side by side.
 
-    python -m venv --system-site-packages /tmp/joey && /tmp/joey/bin/pip install joeynmt==2.3.0
+    python -m venv --system-site-packages /tmp/joey
+    /tmp/joey/bin/pip install joeynmt==2.3.0 "sentencepiece<0.2" importlib_metadata
     python scripts/bench_joey.py --joey-python /tmp/joey/bin/python [--data-dir ../shared/data/multi30k]
+    python scripts/bench_joey.py --joey-python /tmp/joey/bin/python --model transformer
 
-Both toolkits build the same architecture with random weights: a bidirectional GRU encoder (256 a
-direction, 256-dimensional embeddings), additive (Bahdanau) attention and a GRU decoder of 512 with
-input feeding, an initial state bridged from the encoder, and the 8,000-piece joint sentencepiece
-model of Multi30k de-en (``experiment=multi30k_de_en_best`` without its layer norm, which Joey NMT
-does not have). Each translates the German side of ``--split`` (test_2016_flickr: 1,000 sentences)
-through its own translation code, in batches of ``--batch-size`` sentences, with greedy search and
-with beam search, ``--threads`` threads each.
+Both toolkits build the same architecture (``--model``) with random weights, Joey NMT's
+configuration derived from ``nmt``'s composed one (:func:`joey_model`):
+
+- ``rnn`` (the default): a bidirectional GRU encoder (256 a direction, 256-dimensional
+  embeddings), additive (Bahdanau) attention and a GRU decoder of 512 with input feeding, an initial
+  state bridged from the encoder, and the 8,000-piece joint sentencepiece model of Multi30k de-en
+  (``experiment=multi30k_de_en_best`` without its layer norm, which Joey NMT does not have);
+- ``transformer``: the Transformer recipe (``experiment=multi30k_de_en_transformer``): 4 + 4 pre-norm
+  layers, d_model 128, 4 heads, feed-forward 256, sinusoidal positions, and its 10,000-piece joint
+  sentencepiece model with one embedding matrix for the source, the target and the output layer
+  (Joey NMT: ``tied_embeddings`` and ``tied_softmax``). Joey NMT applies its one dropout rate to the
+  attention weights and inside the feed-forward network as well, so ``nmt`` does too here
+  (``model.attention_dropout``, ``model.activation_dropout``; only training feels it).
+
+Each translates the German side of ``--split`` (test_2016_flickr: 1,000 sentences) through its own
+translation code, in batches of ``--batch-size`` sentences, with greedy search and with beam
+search, ``--threads`` threads each. (Joey NMT's Transformer recomputes the whole output prefix at
+every step; ``nmt``'s keeps every layer's keys and values.)
 
 Random weights seldom end a sentence, so both are held to exactly ``--length`` target subwords a
 sentence (Joey NMT: ``min_output_length = max_output_length``; ``nmt``: the output limit, EOS
@@ -17,9 +30,10 @@ included), about the length of a trained model's output on this data. Both then 
 and the target subwords/s of each are printed with the sentences/s; their BLEU means nothing.
 
 Joey NMT runs in its own interpreter (``--joey-python``, one with ``joeynmt==2.3.0``; it pins
-versions this project does not want) as a worker process of this script. Each round runs Joey NMT,
-then ``nmt``, and medians over ``--rounds`` rounds are reported, with the ratio; model loading is not
-timed. Then the figures as one JSON line.
+versions this project does not want, and needs sentencepiece < 0.2, whose
+``SetVocabulary`` it calls) as a worker process of this script. Each round runs Joey NMT, then
+``nmt``, and medians over ``--rounds`` rounds are reported, with the ratio; model loading is not
+timed. Then the figures as one JSON line. Training speed: ``scripts/bench_joey_train.py``.
 """
 
 from __future__ import annotations
@@ -36,30 +50,107 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 JOEY_SPECIALS = {"unk_token": "<unk>", "unk_id": 0, "pad_token": "<pad>", "pad_id": 1,
                  "bos_token": "<s>", "bos_id": 2, "eos_token": "</s>", "eos_id": 3}  # fmt: skip
+# --model: the nmt experiment, and the overrides that make it an architecture Joey NMT 2.3 builds too
+MODELS = {
+    "rnn": ("multi30k_de_en_best", ["model.decoder.layer_norm=false"]),
+    "transformer": ("multi30k_de_en_transformer",
+                    ["model.attention_dropout=${model.dropout}", "model.activation_dropout=${model.dropout}"]),
+}  # fmt: skip
 
 
-def joey_config(work: Path, spm_model: Path, voc_file: Path, args: argparse.Namespace) -> dict:
-    """A Joey NMT 2.3 config of the ``nmt`` model's size, decoding to exactly ``args.length`` subwords."""
+def nmt_config(model: str, overrides: list[str] = ()):
+    """The composed training config of ``--model``'s architecture (:data:`MODELS`), with ``overrides``."""
+    from hydra import compose, initialize_config_dir
+
+    import nmt.configs  # noqa: F401  (registers the config schemas)
+
+    experiment, changes = MODELS[model]
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        return compose("train", overrides=[f"experiment={experiment}", *changes, *overrides])
+
+
+def joey_model(model) -> dict:
+    """Joey NMT's ``model`` section for ``nmt``'s ``model`` config: a bidirectional GRU encoder with a
+    GRU decoder (Luong's, with input feeding; additive attention), or a Transformer. Any setting Joey
+    NMT cannot express the same way is refused, so that both build one architecture.
+
+    :raise ValueError: naming the setting.
+    """
+    enc, dec = model.encoder, model.decoder
+    init = {"initializer": "xavier_uniform", "embed_initializer": "normal", "bias_initializer": "zeros"}
+    # nmt's share_embeddings: source = target embeddings; tie_embeddings: output layer = target embeddings
+    tying = {"tied_embeddings": model.share_embeddings, "tied_softmax": model.tie_embeddings}
+    if (enc._target_, dec._target_) == ("nmt.transformer.TransformerEncoder", "nmt.transformer.TransformerDecoder"):
+        _require(enc.norm_first == dec.norm_first and enc.positions == dec.positions == "sinusoidal",
+                 "Joey NMT's Transformer: one layer norm placement, sinusoidal positions")  # fmt: skip
+        _require(model.attention.num_heads == dec.num_heads, "Joey NMT: as many cross-attention heads as self-attention")
+        rates = {enc.dropout, enc.attention_dropout, enc.activation_dropout, dec.dropout, dec.attention_dropout,
+                 dec.activation_dropout, model.attention.dropout}  # fmt: skip
+        _require(len(rates) == 1, f"Joey NMT's Transformer has one dropout rate, this model {sorted(rates)}")
+        side = lambda s: {"type": "transformer", "num_layers": s.num_layers, "num_heads": s.num_heads,  # noqa: E731
+                          "embeddings": {"embedding_dim": model.emb_dim, "scale": True}, "hidden_size": s.d_model,
+                          "ff_size": s.ff_dim, "dropout": s.dropout,
+                          "layer_norm": "pre" if s.norm_first else "post"}  # fmt: skip
+        return {**init, **tying, "encoder": side(enc), "decoder": side(dec)}
+    _require((enc._target_, dec._target_, model.attention._target_) ==
+             ("nmt.encoder.RNNEncoder", "nmt.decoder.LuongDecoder", "nmt.attention.BahdanauAttention"),
+             "a bi-GRU encoder, Luong's GRU decoder and additive attention, or a Transformer")  # fmt: skip
+    _require(enc.bidirectional and dec.input_feeding and not dec.layer_norm,
+             "Joey NMT's GRUs: a bidirectional encoder, input feeding, no layer norm")  # fmt: skip
+    _require(dec.output_dim == dec.hidden_dim and model.attention.attn_dim == dec.hidden_dim,
+             "Joey NMT: attentional vector and attention as wide as the decoder state")  # fmt: skip
+    return {
+        **init, **tying,
+        # Joey NMT's dropouts: on the embeddings; between stacked GRUs; on the attentional layer's input
+        # (nmt's output_dropout is under the softmax, its encoder's hidden_dropout on the annotations too)
+        "encoder": {"type": "recurrent", "rnn_type": "gru", "hidden_size": enc.hidden_dim, "bidirectional": True,
+                    "embeddings": {"embedding_dim": enc.emb_dim, "dropout": enc.emb_dropout},
+                    "num_layers": enc.num_layers, "dropout": enc.hidden_dropout},
+        "decoder": {"type": "recurrent", "rnn_type": "gru", "hidden_size": dec.hidden_dim, "attention": "bahdanau",
+                    "embeddings": {"embedding_dim": dec.emb_dim, "dropout": dec.emb_dropout},
+                    "input_feeding": True, "init_hidden": dec.init_state, "num_layers": dec.num_layers,
+                    "dropout": dec.hidden_dropout, "hidden_dropout": dec.output_dropout},
+    }  # fmt: skip
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise ValueError(f"not an architecture Joey NMT 2.3 builds the same way: {what}")
+
+
+def joey_config(work: Path, spm_model: Path, voc_file: Path, cfg) -> dict:
+    """The parts of a Joey NMT 2.3 config that translation and training share, for ``nmt``'s composed
+    config ``cfg``: the languages, the subword model and vocabulary (both sides), and
+    :func:`joey_model` of its ``model``."""
     side = lambda lang: {"lang": lang, "level": "bpe", "lowercase": False, "voc_file": str(voc_file),  # noqa: E731
                          "tokenizer_type": "sentencepiece", "tokenizer_cfg": {"model_file": str(spm_model)}}  # fmt: skip
-    return {
-        "name": "joey_speed", "model_dir": str(work), "use_cuda": False,
-        "data": {"src": side("de"), "trg": side("en"), "special_symbols": JOEY_SPECIALS, "dataset_type": "plain",
-                 "test": str(work / "lines")},  # Joey NMT asks for a path; translating a stream reads none
-        "testing": {"load_model": str(work / "random.ckpt"), "batch_size": args.batch_size, "batch_type": "sentence",
-                    "beam_size": 1, "beam_alpha": 1.0, "max_output_length": args.length,
-                    "min_output_length": args.length},
-        "training": {"random_seed": 1, "batch_size": args.batch_size, "batch_type": "sentence", "normalization": "tokens"},
-        "model": {
-            "initializer": "xavier_uniform", "embed_initializer": "normal", "bias_initializer": "zeros",
-            "tied_embeddings": False, "tied_softmax": False,
-            "encoder": {"type": "recurrent", "rnn_type": "gru", "embeddings": {"embedding_dim": 256},
-                        "hidden_size": 256, "bidirectional": True, "num_layers": 1, "dropout": 0.0},
-            "decoder": {"type": "recurrent", "rnn_type": "gru", "embeddings": {"embedding_dim": 256},
-                        "hidden_size": 512, "attention": "bahdanau", "input_feeding": True, "init_hidden": "bridge",
-                        "num_layers": 1, "dropout": 0.0, "hidden_dropout": 0.0},
-        },
-    }  # fmt: skip
+    return {"name": "joey_speed", "model_dir": str(work / "model"), "use_cuda": False,
+            "data": {"src": side(cfg.data.src_lang), "trg": side(cfg.data.tgt_lang), "special_symbols": JOEY_SPECIALS,
+                     "dataset_type": "plain"},
+            "model": joey_model(cfg.model)}  # fmt: skip
+
+
+def joey_translate_config(work: Path, spm_model: Path, voc_file: Path, cfg, batch_size: int, length: int) -> dict:
+    """A Joey NMT 2.3 config of the architecture of ``nmt``'s config ``cfg``, decoding to exactly
+    ``length`` subwords."""
+    joey = joey_config(work, spm_model, voc_file, cfg)
+    joey["data"]["test"] = str(work / "lines")  # Joey NMT asks for a path; translating a stream reads none
+    joey["testing"] = {"load_model": str(work / "random.ckpt"), "batch_size": batch_size, "batch_type": "sentence",
+                       "beam_size": 1, "beam_alpha": 1.0, "max_output_length": length,
+                       "min_output_length": length}  # fmt: skip
+    joey["training"] = {"random_seed": 1, "batch_size": batch_size, "batch_type": "sentence", "normalization": "tokens"}
+    return joey
+
+
+def write_vocab(work: Path, vocab) -> tuple[Path, Path]:
+    """Write ``nmt``'s joint subword model and the same pieces as a Joey NMT vocabulary file (Joey NMT
+    puts its special symbols first): :return: their paths."""
+    spm_model, voc_file = work / "spm.model", work / "vocab.txt"
+    spm_model.write_bytes(vocab.model_proto)
+    specials = set(JOEY_SPECIALS.values())
+    pieces = [vocab.sp.id_to_piece(i) for i in range(4, len(vocab))]
+    voc_file.write_text("\n".join(p for p in pieces if p not in specials) + "\n", encoding="utf-8")
+    return spm_model, voc_file
 
 
 def joey_worker(config_path: Path, lines_path: Path, beams: list[int], threads: int) -> None:
@@ -124,6 +215,7 @@ def build_joey(work: Path, joey_python: str, cfg_path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--joey-python", default="python", help="an interpreter with joeynmt==2.3.0 installed")
+    parser.add_argument("--model", choices=list(MODELS), default="rnn", help="the architecture both build")
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
     parser.add_argument("--cache-dir", type=Path, default=REPO / "data", help="sentencepiece and corpus cache")
     parser.add_argument("--split", default="test_2016_flickr")
@@ -142,9 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
     import yaml
-    from hydra import compose, initialize_config_dir
 
-    import nmt.configs  # noqa: F401  (registers the config schemas)
     from nmt.data.corpora import multi30k_file, pairs_from_files
     from nmt.data.subwords import VocabSettings, build_vocabs
     from nmt.data.text import read_lines
@@ -154,10 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
     from nmt.translator import translate_lines
 
     set_threads(args.threads)
-    overrides = ["experiment=multi30k_de_en_best", "model.decoder.layer_norm=false", f"data.dir={args.data_dir}",
-                 f"data.cache_dir={args.cache_dir}"]  # fmt: skip
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    cfg = nmt_config(args.model, [f"data.dir={args.data_dir}", f"data.cache_dir={args.cache_dir}"])
     files = lambda split: [multi30k_file(split, lang, str(args.data_dir), args.cache_dir)  # noqa: E731
                            for lang in (cfg.data.src_lang, cfg.data.tgt_lang)]  # fmt: skip
     train = pairs_from_files(*files(cfg.data.train_split), args.cache_dir)
@@ -168,13 +255,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="nmt-joey-") as tmp:
         work = Path(tmp)
-        (work / "spm.model").write_bytes(src_vocab.model_proto)
-        specials = set(JOEY_SPECIALS.values())
-        pieces = [src_vocab.sp.id_to_piece(i) for i in range(4, len(src_vocab))]
-        (work / "vocab.txt").write_text("\n".join(p for p in pieces if p not in specials) + "\n", encoding="utf-8")
+        (work / "model").mkdir()
+        spm_model, voc_file = write_vocab(work, src_vocab)  # a joint vocabulary: both sides
         (work / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         cfg_path = work / "joey.yaml"
-        cfg_path.write_text(yaml.safe_dump(joey_config(work, work / "spm.model", work / "vocab.txt", args)))
+        joey_cfg = joey_translate_config(work, spm_model, voc_file, cfg, args.batch_size, args.length)
+        cfg_path.write_text(yaml.safe_dump(joey_cfg))
         build_joey(work, args.joey_python, cfg_path)
 
         worker = [args.joey_python, str(Path(__file__).resolve()), "--joey-worker", str(cfg_path),
@@ -198,11 +284,12 @@ def main(argv: list[str] | None = None) -> dict:
                 ours[f"beam{beam}"] = {"seconds": time.perf_counter() - start, "sentences": len(result), "tokens": tokens}
             rounds.append({"joey": joey, "nmt": ours})
 
-    report = {"split": args.split, "sentences": len(lines), "length": args.length, "batch_size": args.batch_size,
+    report = {"model": args.model, "config": [f"experiment={MODELS[args.model][0]}", *MODELS[args.model][1]],
+              "split": args.split, "sentences": len(lines), "length": args.length, "batch_size": args.batch_size,
               "threads": args.threads, "rounds": args.rounds, "joeynmt": rounds[0]["joey"]["joeynmt"],
               "parameters": {"nmt": sum(p.numel() for p in model.parameters()),
                              "joeynmt": rounds[0]["joey"]["parameters"]}}  # fmt: skip
-    print(f"{len(lines)} sentences of {args.split}, {args.length} target subwords each, batches of "
+    print(f"{args.model}: {len(lines)} sentences of {args.split}, {args.length} target subwords each, batches of "
           f"{args.batch_size}, {args.threads} threads; parameters: nmt {report['parameters']['nmt']:,}, "
           f"Joey NMT {report['parameters']['joeynmt']:,}; median of {args.rounds} rounds")  # fmt: skip
     for beam in beams:

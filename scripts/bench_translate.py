@@ -4,6 +4,7 @@ in fp32 and in dynamic int8 (``precision=int8``, :mod:`nmt.quantization`) side b
     python scripts/bench_translate.py --ckpt RUN/checkpoints/best.pt [--data-dir ../shared/data/multi30k]
     python scripts/bench_translate.py --ckpt RUN/checkpoints/best.pt --repeat 5 --precisions fp32 int8
     python scripts/bench_translate.py --untrained     # the reference model with random weights
+    python scripts/bench_translate.py --untrained --experiment multi30k_de_en_transformer   # the Transformer recipe's
 
 Prints, per precision and search, the median seconds over ``--repeat`` rounds, sentences/s and
 target subwords/s (and BLEU for a trained model), the model loading (and quantizing) time
@@ -12,7 +13,8 @@ every precision in turn, so that a change in the machine's load hits them alike.
 and output limit are the checkpoint's (``train.search``); batching is ``configs/translate.yaml``'s
 unless given here.
 
-``--untrained`` builds the ``multi30k_de_en`` reference model with random weights (its
+``--untrained`` builds the ``--experiment``'s model (default the ``multi30k_de_en`` reference model;
+``multi30k_de_en_transformer``: the Transformer recipe) with random weights (its
 sentencepiece models are trained on, or taken from the cache of, the Multi30k training split). Such a
 model seldom ends a sentence, so its output limit is cut to one target subword per source subword
 (``max_len_a=1, max_len_b=0``), about what a trained model produces on this data; its timings
@@ -129,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         sources, references = sources[: args.limit], references[: args.limit]
 
     report = {"model": "untrained" if args.untrained else "trained", "ckpt": str(args.ckpt or ""),
+              "experiment": args.experiment if args.untrained else None,
               "split": args.split, "sentences": len(sources), "threads": torch.get_num_threads(),
               "device": str(device), "batch_size": args.batch_size, "batch_unit": args.batch_unit,
               "max_len_a": max_len_a, "max_len_b": max_len_b, "load_seconds": round(load_seconds, 3),
               "quantize_seconds": quantize_seconds, "repeat": args.repeat}  # fmt: skip
-    name = args.ckpt or "multi30k_de_en with random weights"
+    name = args.ckpt or f"{args.experiment} with random weights"
     print(f"model: {name}, loaded in {load_seconds:.2f}s; {len(sources)} sentences of {args.split}, "
           f"{report['threads']} threads, batches of {args.batch_size} {args.batch_unit}; median of {args.repeat} "
           "rounds")  # fmt: skip

@@ -1,6 +1,7 @@
 """Training-speed benchmark: time a fixed number of real training updates of a config.
 
     python scripts/benchmark.py --data-dir ../shared/data/multi30k            # the reference model
+    python scripts/benchmark.py --data-dir ... --experiment multi30k_de_en_transformer   # the Transformer recipe
     python scripts/benchmark.py --data-dir ... --overrides model/attention=none train.threads=1
     torchrun --nproc_per_node=2 scripts/benchmark.py --data-dir ... --threads 1   # DDP, 2 x 1 thread
     python scripts/benchmark.py --data-dir ... --compile     # the decoder's step through torch.compile
@@ -28,15 +29,18 @@ import time
 from pathlib import Path
 
 import hydra
+import numpy as np
 import torch
 import torch.distributed as dist
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
-from nmt.data.batches import prepare_data
+from nmt.data.batches import PairData, prepare_data
 from nmt.model import Seq2Seq, build_model
 from nmt.runtime import set_threads
 from nmt.training.distributed import Dist
 from nmt.training.trainer import Objective, train_update
+from nmt.transformer import TransformerDecoder, TransformerEncoder
 
 try:  # registers the config schemas (train/schema, search/schema) that configs/*.yaml start from
     import nmt.configs  # noqa: F401
@@ -66,30 +70,57 @@ def matmul_gflops(size: int, rows: int | None = None, seconds: float = 1.0, devi
     return 2 * rows * size * size * count / (time.perf_counter() - start) / 1e9
 
 
-def analytic_macs(model: Seq2Seq, src_len: float) -> tuple[float, float]:
+def analytic_macs(model: Seq2Seq, src_len: float, tgt_len: float) -> tuple[float, float]:
     """Multiply-accumulates of one forward pass per target token and per source token.
 
-    Counts every matmul of the model (embedding lookups and elementwise ops are free); attention
-    costs grow with the source length ``src_len``.
+    Counts every matmul of the model (embedding lookups and elementwise ops are free). Attention
+    costs grow with the lengths: ``src_len`` keys for the attention over the source, and ``tgt_len``
+    for a Transformer decoder's self-attention (computed over the whole target, then masked).
     """
-    enc, dec = model.encoder, model.decoder
-    per_src = 0.0
-    for name, p in enc.rnn.named_parameters():
-        if name.startswith("weight"):
-            per_src += p.numel()  # W_ih and W_hh of each layer and direction: one MAC per weight
+    per_src = _encoder_macs(model.encoder, src_len)
+    per_tgt, dec_per_src = _decoder_macs(model.decoder, model.encoder.output_dim, src_len, tgt_len)
+    return per_tgt, per_src + dec_per_src
+
+
+def _linear_weights(module: torch.nn.Module, skip=lambda name: False) -> int:
+    """Weights of the ``Linear`` layers in ``module`` whose names ``skip`` does not pick: one MAC each a row."""
+    return sum(m.weight.numel() for name, m in module.named_modules() if isinstance(m, torch.nn.Linear) and not skip(name))
+
+
+def _encoder_macs(enc: torch.nn.Module, src_len: float) -> float:
+    """MACs per source token of an RNN or Transformer encoder."""
+    if isinstance(enc, TransformerEncoder):
+        # every layer: its projections, then Q K^T and the weighted sum of V over S keys (d_model each)
+        return _linear_weights(enc) + len(enc.layers) * 2 * enc.output_dim * src_len
+    # W_ih and W_hh of each layer and direction: one MAC per weight
+    return sum(p.numel() for name, p in enc.rnn.named_parameters() if name.startswith("weight"))
+
+
+def _decoder_macs(dec: torch.nn.Module, memory_dim: int, src_len: float, tgt_len: float) -> tuple[float, float]:
+    """MACs per target token, and per source token (the keys projected once per sentence), of a decoder."""
+    if isinstance(dec, TransformerDecoder):
+        per_src = sum(layer.cross_attention.w_kv.weight.numel() for layer in dec.layers)
+        # every layer: self-attention over T positions and cross-attention over S, d_model a key
+        per_tgt = _linear_weights(dec, lambda name: name.endswith("cross_attention.w_kv"))
+        per_tgt += len(dec.layers) * 2 * dec.d_model * (tgt_len + src_len)
+        return per_tgt, per_src
     attn = dec.attention
     key_proj = getattr(attn, "key_proj", None)
-    if isinstance(key_proj, torch.nn.Linear):
-        per_src += key_proj.weight.numel()
-    per_tgt = 0.0
-    for name, module in dec.named_modules():
-        if isinstance(module, torch.nn.Linear) and name not in ("attention.key_proj", "bridge"):
-            per_tgt += module.weight.numel()
-    memory_dim = enc.output_dim
+    per_src = key_proj.weight.numel() if isinstance(key_proj, torch.nn.Linear) else 0.0
+    per_tgt = _linear_weights(dec, lambda name: name in ("attention.key_proj", "bridge"))
     if attn.has_alignment:
         score_width = attn.energy.in_features if hasattr(attn, "energy") else memory_dim
         per_tgt += src_len * (score_width + memory_dim)  # scores + weighted sum of the states
     return per_tgt, per_src
+
+
+def update_batches(train: PairData, cfg: DictConfig, count: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """The pairs of the ``count`` updates this benchmark runs on ``rank`` of ``world``: epoch 0's
+    shuffled ``data.max_tokens`` batches in order (dealt round-robin to the ranks), from the start
+    again when there are fewer. Also used by ``scripts/bench_joey_train.py``, which gives Joey NMT
+    the same batches."""
+    batches = train.token_batches(cfg.data.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=0)
+    return [batches[(i * world + rank) % len(batches)] for i in range(count)]
 
 
 def load_setup(experiment: str, data_dir: str, overrides: list[str]):
@@ -130,15 +161,15 @@ def main() -> None:
     set_threads(args.threads)
     cfg, data, model = load_setup(args.experiment, args.data_dir, args.overrides)
     model = model.to(device)
+    if args.compile and not hasattr(model.decoder, "_recur"):
+        parser.error(f"--compile compiles a recurrent decoder's step; {type(model.decoder).__name__} has none")
     if args.compile:  # an experiment: the training loop itself runs the step eagerly
         model.decoder._recur = torch.compile(model.decoder._recur, dynamic=True)
     net = Objective(model)
     if distributed:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if cuda else None)
     optimizer = hydra.utils.instantiate(cfg.train.optimizer)(model.parameters())
-    batches = data.train.token_batches(cfg.data.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=0)
-    need = args.warmup + args.updates * args.repeats
-    batches = [batches[(i * world + rank) % len(batches)] for i in range(need)]
+    batches = update_batches(data.train, cfg, args.warmup + args.updates * args.repeats, rank, world)
     big = 8192 if cuda else 2048  # large enough to reach the device's peak
     machine_step = matmul_gflops(512, rows=256, device=device) if rank == 0 else 0.0
     machine_bf16 = matmul_gflops(big, device=device, dtype=torch.bfloat16) if rank == 0 and cuda else None
@@ -177,8 +208,7 @@ def main() -> None:
     rate = lambda i: statistics.median(r[i] / r[0] for r in rounds)  # noqa: E731
     seconds = statistics.median(r[0] for r in rounds)
     tgt, src, sentences = (sum(r[i] for r in rounds) for i in (1, 2, 3))
-    mean_src_len = src / sentences
-    per_tgt, per_src = analytic_macs(model, mean_src_len)
+    per_tgt, per_src = analytic_macs(model, src / sentences, tgt / sentences)
     flops_per_tgt = 3 * 2 * (per_tgt + per_src * src / tgt)  # forward + backward ~ 3 forward passes
     machine = statistics.median(machine_rounds)
     ratios = [flops_per_tgt * r[1] / r[0] / 1e9 / m / world for r, m in zip(rounds, machine_rounds) if m]
@@ -205,6 +235,7 @@ def main() -> None:
         "machine_matmul_gflops_bf16": machine_bf16,
         "ratio_to_matmul": statistics.median(ratios) if ratios else None,
         "all_rounds_tgt_tokens_per_s": [r[1] / r[0] for r in rounds],
+        "all_rounds_tgt_tokens": [r[1] for r in rounds],
         "all_rounds_matmul_gflops_2048": machine_rounds,
         "all_rounds_ratio_to_matmul": ratios,
     }
