@@ -9,7 +9,9 @@ the sources are first translated with the checkpoint's decoding, and each line i
 ``translation ||| links`` (as Marian and fairseq append alignments). With ``reverse_ckpt`` (a
 target->source model: its languages are ``ckpt``'s, swapped) the two directions' links are
 combined (``symmetrize``). With ``align.eos_unaligned`` a target word that attends to the source
-``</s>`` more than to any source word gets no link. With ``gold`` the alignment error rate,
+``</s>`` more than to any source word gets no link. A checkpoint trained on text in another form
+(``data.text_form``, e.g. lower-cased and tokenized) reads the sentences in that form, and the
+links count the words of that form. With ``gold`` the alignment error rate,
 precision and recall of every extraction method are reported, each with and without
 ``eos_unaligned`` (the names ending ``+eos_unaligned``), next to the diagonal baseline.
 """
@@ -25,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.checkpoint import direction
 from nmt.configs import command
 from nmt.data.text import BAD_UTF8, DataError, read_input
+from nmt.data.text_form import AS_IS, in_text_form
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import (
@@ -114,6 +117,7 @@ def align(cfg: DictConfig) -> dict:
         log.info("loaded %s (precision %s) on %s", cfg.reverse_ckpt, cfg.precision, device)
         check_reverse(cfg, config, rev_config)
         choose_attention(reverse, cfg.align.layer, cfg.align.heads)
+    sources, targets = sentences_in_form(config.data, sources, targets, keep_words=gold is not None)
     translated = targets is None
     if translated:
         settings = SearchSettings(**config.train.search)
@@ -171,15 +175,47 @@ def extract_links(forward: list[np.ndarray], backward: list[np.ndarray] | None, 
 
 def check_reverse(cfg: DictConfig, config: DictConfig, rev_config: DictConfig) -> None:
     """``reverse_ckpt`` translates tgt->src of ``ckpt``'s src->tgt (the checkpoints' ``data``
-    languages), or its links would be of another language pair.
+    languages), or its links would be of another language pair, and reads text in the same form.
 
-    :raise ConfigError: naming both checkpoints and their directions.
+    :raise ConfigError: naming both checkpoints and their directions (or text forms).
     """
     forward, backward = direction(config), direction(rev_config)
     wanted = f"{config.data.tgt_lang}->{config.data.src_lang}"
     if backward != wanted:
         raise ConfigError(f"reverse_ckpt={cfg.reverse_ckpt} translates {backward}, but ckpt={cfg.ckpt} translates "
                           f"{forward}: the reverse model must translate {wanted}")  # fmt: skip
+    if rev_config.data.text_form != config.data.text_form:
+        raise ConfigError(f"reverse_ckpt={cfg.reverse_ckpt} was trained on text in the form {rev_config.data.text_form}, "
+                          f"ckpt={cfg.ckpt} in {config.data.text_form} (data.text_form): their links would count "
+                          "other words; give two models of one text form")  # fmt: skip
+
+
+def sentences_in_form(data: DictConfig, sources: list[str], targets: list[str] | None,
+                      keep_words: bool) -> tuple[list[str], list[str] | None]:  # fmt: skip
+    """The sentences in the text form the checkpoint was trained in (its ``data.text_form``), each
+    side by its language's rules; as given for ``as_is``.
+
+    :param keep_words: refuse a sentence whose number of words the form changes (gold links count
+        the words of the lines as given).
+    :raise DataError: naming the line, with ``keep_words``.
+    """
+    if data.text_form == AS_IS:
+        return sources, targets
+    formed: list[list[str] | None] = []
+    for side, lines, lang in (("source", sources, data.src_lang), ("target", targets, data.tgt_lang)):
+        out = None if lines is None else in_text_form(lines, data.text_form, lang)
+        changed = [n for n, (a, b) in enumerate(zip(lines or [], out or []), start=1) if len(a.split()) != len(b.split())]
+        if changed and keep_words:
+            n = changed[0]
+            raise DataError(f"line {n}: in the text form the checkpoint was trained in ({data.text_form}) the {side} "
+                            f"has {len(out[n - 1].split())} words, not {len(lines[n - 1].split())}, so gold links of the "
+                            "words as given cannot be scored; give the sentences in that form")  # fmt: skip
+        if changed:
+            log.warning("%d %s sentences have other words in the checkpoint's text form (%s): their links count "
+                        "those words", len(changed), side, data.text_form)  # fmt: skip
+        formed.append(out)
+    log.info("sentences put in the checkpoint's text form: %s", data.text_form)
+    return formed[0], formed[1]
 
 
 def _report(cfg: DictConfig, methods: dict[str, list[set[Link]]], gold: list, sources: list[str],

@@ -281,10 +281,12 @@ def direction(config: Mapping[str, Any]) -> str:
 
 # Data keys added after checkpoints were first written, with the values that reproduce what those
 # checkpoints' runs did (so that they resume and evaluate as before).
-ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1}
+ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1, "text_form": "as_is",
+                   "extra_train": {"pairs": None, "pairs_langs": None, "src": None, "tgt": None}}  # fmt: skip
 ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
 ADDED_TRAIN_KEYS = {"guided_alignment": {"path": None, "weight": 0.1, "decay": 1.0, "layer": None, "heads": None},
                     "init_from": None}  # fmt: skip
+ADDED_SAMPLING_KEYS = {"alpha": 0.0, "nbest_size": -1, "max_growth": 1.5}  # data.subword_sampling: off
 MOVED_TARGETS = {"nmt.schedule.WarmupInverseSqrt": "nmt.training.schedule.WarmupInverseSqrt"}
 
 
@@ -300,10 +302,17 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(data, dict) and "kind" not in data and data.get("name") in ("multi30k", "files", "synthetic"):
         data["kind"] = data.pop("name")
         for key, default in ADDED_DATA_KEYS.items():
-            data.setdefault(key, default)
+            data.setdefault(key, copy.deepcopy(default))
         if isinstance(data.get("vocab"), dict):
             for key, default in ADDED_VOCAB_KEYS.items():
                 data["vocab"].setdefault(key, default)
+    if isinstance(data, dict) and isinstance(data.get("vocab"), dict):  # a training run's data (not a bare test's)
+        for key, default in ADDED_DATA_KEYS.items():
+            data.setdefault(key, copy.deepcopy(default))
+        sampling = data.setdefault("subword_sampling", {})
+        if isinstance(sampling, dict):
+            for key, default in ADDED_SAMPLING_KEYS.items():
+                sampling.setdefault(key, default)
     train = config.get("train")
     if isinstance(train, dict) and "optimizer" in train:  # a training config (not a bare test's)
         for key, default in ADDED_TRAIN_KEYS.items():

@@ -21,6 +21,7 @@ from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
 from nmt.data.synthetic import gold_links
 from nmt.data.text import DataError, ParallelText, read_lines
+from nmt.data.text_form import parallel_in_text_form
 from nmt.ensemble import Ensemble, split_members, system_from_payloads
 from nmt.errors import CheckpointError, ConfigError, command_errors
 from nmt.evaluation.alignment import attention_stats
@@ -95,7 +96,8 @@ SPLIT_CORPORA = ("multi30k", "synthetic")
 
 
 def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) -> ParallelText:
-    """Source and reference of ``split`` of the corpus a checkpoint was trained on.
+    """Source and reference of ``split`` of the corpus a checkpoint was trained on, in the text
+    form it was trained in (``data.text_form``: its references too).
 
     :param split: a Multi30k split name, ``test``/``valid`` for the synthetic task; None = the
         first test split.
@@ -109,11 +111,11 @@ def split_text(data_cfg: DictConfig, split: str | None, data_dir: str | None) ->
                           "give the test set as src=FILE ref=FILE")  # fmt: skip
     split = split or default_split(data_cfg)
     if kind == "multi30k":
-        return load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir,
-                             data_cfg.cache_dir)[split]  # fmt: skip
+        text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, {split: split}, data_dir, data_cfg.cache_dir)[split]
+        return parallel_in_text_form(text, data_cfg.text_form, data_cfg.src_lang, data_cfg.tgt_lang)
     if split not in ("test", "valid"):
         raise DataError(f"split={split!r}: a {kind} corpus has the splits test and valid")
-    return load_corpus(data_cfg)[split].to_text()  # regenerated from its seed: no file is read
+    return load_corpus(data_cfg, extra_train=False)[split].to_text()  # regenerated from its seed: no file is read
 
 
 def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:

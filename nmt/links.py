@@ -4,6 +4,12 @@ training (``train.guided_alignment.path``).
 
     python -m nmt.links src=train.de tgt=train.en output=train.links
 
+or of the training pairs of a data config exactly as a run reads them: the corpus's pairs, then
+``data.extra_train``'s, in ``data.text_form`` (``data.max_train_pairs`` does not apply: a run draws
+its subset from these lines), so that the file fits ``train.guided_alignment.path``:
+
+    python -m nmt.links data=multi30k data.src_lang=en data.tgt_lang=fr output=train.links
+
 eflomal learns from the corpus it aligns, in both directions; the two directions' links are
 combined (``symmetrize``, :func:`nmt.evaluation.word_alignment.symmetrize`) and written in Pharaoh
 format, one line a pair (``i-j``: source word i, target word j, 0-based, words the whitespace
@@ -21,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.configs import command
+from nmt.data.corpora import load_corpus
 from nmt.data.text import BAD_UTF8, DataError, read_input
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import SYMMETRIZATIONS, Link, format_links, symmetrize
@@ -94,10 +101,13 @@ def corpus_links(sources: Sequence[str], targets: Sequence[str], method: str) ->
 
 
 def read_corpus(cfg: DictConfig) -> tuple[list[str], list[str]]:
-    """The sources and targets, one a line each.
+    """The sources and targets, one a line each: of ``src`` and ``tgt``, or the training pairs of ``data``.
 
     :raise DataError: the files differ in length.
     """
+    if "data" in cfg:
+        text = load_corpus(cfg.data)["train"].to_text()
+        return text.src, text.tgt
     sources, targets = read_input(cfg.src, cfg.on_bad_utf8), read_input(cfg.tgt, cfg.on_bad_utf8)
     if len(sources) != len(targets):
         raise DataError(f"{cfg.tgt} has {len(targets)} lines but {cfg.src} has {len(sources)}: one target a source line")
@@ -107,15 +117,29 @@ def read_corpus(cfg: DictConfig) -> tuple[list[str], list[str]]:
 def check_config(cfg: DictConfig) -> None:
     """Before any work: the required keys are given, the choices known, the output writable and
     eflomal installed."""
-    for key in ("src", "tgt", "output"):
-        if OmegaConf.is_missing(cfg, key):
-            raise ConfigError(f"{key} is required: python -m nmt.links src=SRC tgt=TGT output=LINKS")
+    if OmegaConf.is_missing(cfg, "output"):
+        raise ConfigError("output is required: python -m nmt.links src=SRC tgt=TGT output=LINKS")
+    if "data" in cfg and (cfg.src is not None or cfg.tgt is not None):
+        raise ConfigError("give the sentences once: src=SRC tgt=TGT, or data=OPTION (its training pairs)")
+    for key in ("src", "tgt") if "data" not in cfg else ():
+        if cfg[key] is None:
+            raise ConfigError(f"{key} is required: python -m nmt.links src=SRC tgt=TGT output=LINKS (or data=OPTION: "
+                              "the training pairs of a data config)")  # fmt: skip
     for key, choices in (("symmetrize", SYMMETRIZATIONS), ("on_bad_utf8", BAD_UTF8)):
         if cfg[key] not in choices:
             raise ConfigError(f"{key}={cfg[key]!r}: choose one of {', '.join(choices)}")
     if cfg.output != "-":
-        check_output(cfg.output, "output", inputs=[cfg.src, cfg.tgt])
+        check_output(cfg.output, "output", inputs=[p for p in (cfg.src, cfg.tgt, *_data_files(cfg)) if p is not None])
     eflomal_aligner()
+
+
+def _data_files(cfg: DictConfig) -> list[str]:
+    """The files a data config names (its corpus's, for data=files, and data.extra_train's)."""
+    if "data" not in cfg:
+        return []
+    keys = ["extra_train.pairs", "extra_train.src", "extra_train.tgt"]
+    keys += ["train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"] if cfg.data.kind == "files" else []
+    return [str(OmegaConf.select(cfg.data, key)) for key in keys if OmegaConf.select(cfg.data, key) is not None]
 
 
 def links(cfg: DictConfig) -> int:

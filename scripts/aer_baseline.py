@@ -7,23 +7,24 @@ the same gold links as ``nmt.align``.
 
 An unsupervised aligner learns from the text it aligns, so a small test set is usually aligned
 together with a larger parallel corpus of the same pair (``--extra-src``/``--extra-tgt``, e.g. the
-training corpus of the translation model), and only the test pairs' links are scored. The extra
-text is lower-cased and split into words and punctuation (French elisions such as ``l'`` are kept
-as words of their own), roughly the tokenization of the NAACL 2003 English-French gold set; the
-test pairs are aligned as given, lower-cased. Prints AER, precision and recall (%) of the forward
-and backward links, their four symmetrizations (:mod:`nmt.evaluation.word_alignment`) and the
-diagonal baseline; ``--output`` writes the grow-diag-final links in Pharaoh format.
+training corpus of the translation model), and only the test pairs' links are scored. Both are
+aligned in the form of the NAACL 2003 English-French gold set, ``data.text_form=lowercase_tokenized``
+(:mod:`nmt.data.text_form`: lower-cased, words and punctuation split, a French side's contractions
+written out; ``--src-lang``/``--tgt-lang`` name the sides' languages), which keeps the gold set's
+own words. Prints AER, precision and recall (%) of the forward and backward links, their four
+symmetrizations (:mod:`nmt.evaluation.word_alignment`) and the diagonal baseline; ``--output``
+writes the grow-diag-final links in Pharaoh format.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 from nmt.data.text import read_lines
+from nmt.data.text_form import tokenize
 from nmt.errors import ConfigError
 from nmt.evaluation.word_alignment import (
     SYMMETRIZATIONS,
@@ -34,13 +35,6 @@ from nmt.evaluation.word_alignment import (
     symmetrize,
 )
 from nmt.links import eflomal_links
-
-WORD = re.compile(r"\w+'|\w+(?:[-.]\w+)*|[^\w\s]", re.UNICODE)
-
-
-def tokenize(line: str) -> str:
-    """Lower-cased words and punctuation marks, space-separated: ``"L'homme, ici."`` -> ``"l' homme , ici ."``."""
-    return " ".join(WORD.findall(line.lower()))
 
 
 def read_pairs(path: Path) -> tuple[list[str], list[str]]:
@@ -61,6 +55,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gold-one-based", action="store_true", help="the gold Pharaoh links count words from 1")
     parser.add_argument("--extra-src", type=Path, help="more source text of the pair to learn from (plain or .gz)")
     parser.add_argument("--extra-tgt", type=Path, help="its translations, a line each")
+    parser.add_argument("--src-lang", default="en", help="the language of the pairs' left side (default: en)")
+    parser.add_argument("--tgt-lang", default="fr", help="the language of their right side (default: fr)")
     parser.add_argument("--output", type=Path, help="write the grow-diag-final links of the test pairs here")
     parser.add_argument("--report", type=Path, help="write every score as JSON here")
     args = parser.parse_args(argv)
@@ -68,13 +64,16 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("give --extra-src and --extra-tgt together")
     sources, targets = read_pairs(args.pairs)
     gold = read_gold(args.gold, num_pairs=len(sources), one_based=args.gold_one_based)
-    extra_src = [tokenize(line) for line in read_lines(args.extra_src)] if args.extra_src else []
-    extra_tgt = [tokenize(line) for line in read_lines(args.extra_tgt)] if args.extra_tgt else []
+    extra_src = [tokenize(line, args.src_lang) for line in read_lines(args.extra_src)] if args.extra_src else []
+    extra_tgt = [tokenize(line, args.tgt_lang) for line in read_lines(args.extra_tgt)] if args.extra_tgt else []
     if len(extra_src) != len(extra_tgt):
         raise SystemExit(f"{args.extra_src} has {len(extra_src)} lines but {args.extra_tgt} has {len(extra_tgt)}")
+    test_src, test_tgt = [tokenize(s, args.src_lang) for s in sources], [tokenize(t, args.tgt_lang) for t in targets]
+    for number, pair in enumerate(zip(sources, targets, test_src, test_tgt), start=1):
+        if [len(s.split()) for s in pair[:2]] != [len(s.split()) for s in pair[2:]]:
+            raise SystemExit(f"{args.pairs}, line {number}: tokenizing changes its words, so the gold links would not fit")
     try:
-        forward, backward = eflomal_links([*extra_src, *(s.lower() for s in sources)],
-                                          [*extra_tgt, *(t.lower() for t in targets)])  # fmt: skip
+        forward, backward = eflomal_links([*extra_src, *test_src], [*extra_tgt, *test_tgt])
     except ConfigError as e:  # eflomal is not installed
         raise SystemExit(str(e)) from None
     methods = {"forward": forward[len(extra_src) :], "backward": backward[len(extra_src) :]}

@@ -303,3 +303,27 @@ def test_checkpoints_of_two_directions_are_not_averaged(trained_setup, tmp_path:
         average_checkpoints([forward, backward], tmp_path / "averaged.pt")
     assert f"{backward} translates en->de and {forward} de->en" in str(error.value)
     assert not (tmp_path / "averaged.pt").exists()
+
+
+def test_a_checkpoint_from_before_extra_pairs_and_text_forms_resumes_unchanged(compose_cfg, toy_corpus) -> None:
+    """A checkpoint whose config lacks data.text_form and data.extra_train is upgraded to the values
+    its run used (the text as given, no extra pairs), so that it resumes without a config change;
+    a run that asks for another form or for extra pairs is refused."""
+    from omegaconf import OmegaConf
+
+    from nmt.checkpoint import upgrade_config
+    from nmt.errors import ConfigError
+    from nmt.training.checks import resume_changes
+
+    cfg = compose_cfg(*toy_corpus.overrides())
+    old = OmegaConf.to_container(cfg, resolve=True)
+    del old["data"]["text_form"], old["data"]["extra_train"]
+    upgraded = upgrade_config(old)
+    assert upgraded["data"]["text_form"] == "as_is" and upgraded["data"]["extra_train"]["pairs"] is None
+    assert resume_changes(upgraded, cfg, "old.pt") == []
+    for change in ("data.text_form=lowercase_tokenized", f"data.extra_train.pairs={toy_corpus.train_src}"):
+        with pytest.raises(ConfigError, match=rf"cannot resume old.pt: .*{change.split('=')[0]}: "):
+            resume_changes(upgraded, compose_cfg(*toy_corpus.overrides(), change), "old.pt")
+    again = upgrade_config(OmegaConf.to_container(cfg, resolve=True) | {"data": {"vocab": {}}})
+    again["data"]["extra_train"]["pairs"] = "x"
+    assert upgrade_config({"data": {"vocab": {}}})["data"]["extra_train"]["pairs"] is None, "the defaults are not shared"

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from nmt.data.corpora import (
     MULTI30K_ENV,
     arrow_batches,
+    check_extra_train,
     check_has_text,
     check_multi30k_pair,
     content_key,
@@ -26,9 +27,13 @@ from nmt.data.corpora import (
     load_multi30k,
     multi30k_file,
     pairs_from_files,
+    pairs_from_pairs_file,
     read_parallel,
 )
 from nmt.data.text import DataError, TextSplit, read_lines
+from nmt.data.text_form import tokenize
+from nmt.errors import ConfigError
+from nmt.training.checks import validate_config
 
 LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]
 
@@ -213,11 +218,16 @@ def test_download_is_cached(tmp_path: Path, monkeypatch) -> None:
 # --------------------------------------------------------------------------- load_corpus
 
 
+# what every data option adds to its corpus by default: nothing, and the text as given
+AS_GIVEN = {"src_lang": "src", "tgt_lang": "tgt", "text_form": "as_is",
+            "extra_train": {"pairs": None, "pairs_langs": None, "src": None, "tgt": None}}  # fmt: skip
+
+
 def test_load_corpus_files(toy_corpus: ToyCorpus, tmp_path: Path) -> None:
     cfg = OmegaConf.create({
         "kind": "files", "train_src": str(toy_corpus.train_src), "train_tgt": str(toy_corpus.train_tgt),
         "valid_src": str(toy_corpus.valid_src), "valid_tgt": str(toy_corpus.valid_tgt),
-        "test_src": None, "test_tgt": None, "cache_dir": str(tmp_path),
+        "test_src": None, "test_tgt": None, "cache_dir": str(tmp_path), **AS_GIVEN,
     })  # fmt: skip
     corpus = load_corpus(cfg)
     assert set(corpus) == {"train", "valid"}
@@ -228,8 +238,8 @@ def test_load_corpus_files(toy_corpus: ToyCorpus, tmp_path: Path) -> None:
 
 
 def test_load_corpus_synthetic() -> None:
-    cfg = OmegaConf.create({"kind": "synthetic", "seed": 1, "words": 10, "min_words": 2, "max_words": 5,
-                            "train_size": 30, "valid_size": 5, "test_size": 4, "cache_dir": "unused"})  # fmt: skip
+    cfg = OmegaConf.create({"kind": "synthetic", "seed": 1, "words": 10, "min_words": 2, "max_words": 5, "train_size": 30,
+                            "valid_size": 5, "test_size": 4, "cache_dir": "unused", **AS_GIVEN})  # fmt: skip
     corpus = load_corpus(cfg)
     assert {role: len(text) for role, text in corpus.items()} == {"train": 30, "valid": 5, "test": 4}
 
@@ -322,3 +332,93 @@ def test_arrow_batches_read_exactly_the_datasets_rows(tmp_path: Path, monkeypatc
     assert rows(pairs.select(range(3, 6))) == ["t3", "t4", "t5"]
     assert rows(datasets.Dataset.from_dict({"tgt": ["a", "b"]})) == ["a", "b"]
     assert all(t.num_rows <= 3 for t in arrow_batches(pairs, ["src", "tgt"], batch_size=3))
+
+
+# --------------------------------------------------------------------------- extra training pairs, text forms
+
+EXTRA_SRC = ["Ana, bel!", "cor-dun eki"]
+EXTRA_TGT = ["ZUP, YEX!", "WOB-VAK TIR"]
+
+
+def _extra(tmp_path: Path, how: str) -> list[str]:
+    """Overrides adding EXTRA_SRC/EXTRA_TGT as extra training pairs: a pairs file (``pairs``), one
+    whose lines are target first (``swapped``), or two parallel files, one gzipped (``files``)."""
+    if how == "pairs":
+        path = write_lines(tmp_path / "extra.pairs", [f"{s} ||| {t}" for s, t in zip(EXTRA_SRC, EXTRA_TGT)])
+        return [f"data.extra_train.pairs={path}"]
+    if how == "swapped":
+        path = write_lines(tmp_path / "extra.pairs", [f"{t} ||| {s}" for s, t in zip(EXTRA_SRC, EXTRA_TGT)])
+        return [f"data.extra_train.pairs={path}", "data.extra_train.pairs_langs=[tgt,src]"]
+    src, tgt = _write(tmp_path / "extra.src.gz", EXTRA_SRC, gz=True), write_lines(tmp_path / "extra.tgt", EXTRA_TGT)
+    return [f"data.extra_train.src={src}", f"data.extra_train.tgt={tgt}"]
+
+
+@pytest.mark.parametrize("how", ["pairs", "swapped", "files"])
+def test_extra_pairs_follow_the_corpus_training_pairs_and_only_training(compose_cfg, toy_corpus: ToyCorpus,
+                                                                        tmp_path: Path, how: str) -> None:  # fmt: skip
+    plain = load_corpus(compose_cfg(*toy_corpus.overrides()).data)
+    corpus = load_corpus(compose_cfg(*toy_corpus.overrides(), *_extra(tmp_path, how)).data)
+    assert corpus["train"].pairs["src"] == toy_corpus.src_lines + EXTRA_SRC
+    assert corpus["train"].pairs["tgt"] == toy_corpus.tgt_lines + EXTRA_TGT
+    for role in ("valid", "test"):
+        assert corpus[role].pairs.to_dict() == plain[role].pairs.to_dict(), role
+
+
+def test_a_pairs_file_is_read_line_by_line_and_a_bad_line_named(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "x.pairs", ["a b ||| A B ", "no separator", "c ||| C"])
+    with pytest.raises(DataError, match=r"x.pairs, line 2: expected 'source \|\|\| target'"):
+        pairs_from_pairs_file(path, tmp_path / "cache")
+    write_lines(path, ["a b ||| A B ", "  ||| x", "c ||| C"])
+    assert pairs_from_pairs_file(path, tmp_path / "cache").pairs.to_dict() == {"src": ["a b", "", "c"],
+                                                                               "tgt": ["A B", "x", "C"]}  # fmt: skip
+    assert pairs_from_pairs_file(path, tmp_path / "cache", swap=True).pairs["src"] == ["A B", "x", "C"]
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"pairs": "p", "src": "s", "tgt": "t"}, "give a pairs file .* or two parallel files .* not both"),
+    ({"src": "s"}, "data.extra_train.src and data.extra_train.tgt: give both files or neither"),
+    ({"pairs": "p", "pairs_langs": ["en", "de"]}, r"pairs_langs=\['en', 'de'\]: .* \[en, fr\] or \[fr, en\]"),
+])  # fmt: skip
+def test_extra_train_settings_that_do_not_fit_are_refused(settings: dict, message: str) -> None:
+    values = {"src": None, "tgt": None, "pairs": None, "pairs_langs": None, **settings}
+    with pytest.raises(DataError, match=message):
+        check_extra_train(values["src"], values["tgt"], values["pairs"], values["pairs_langs"], "en", "fr")
+    assert check_extra_train(None, None, "p", ["fr", "en"], "en", "fr"), "the run's languages swapped: swap the sides"
+    assert not check_extra_train(None, None, "p", None, "en", "fr")
+
+
+def test_the_training_checks_name_a_missing_extra_file(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path) -> None:
+    cfg = compose_cfg(*toy_corpus.overrides(), f"data.extra_train.pairs={tmp_path / 'absent.pairs'}")
+    with pytest.raises(ConfigError, match=r"data.extra_train.pairs=.*absent.pairs: no such file"):
+        validate_config(cfg)
+    with pytest.raises(ConfigError, match="data.text_form='lower': choose one of as_is, lowercase_tokenized"):
+        validate_config(compose_cfg(*toy_corpus.overrides(), "data.text_form=lower"))
+
+
+def test_the_text_form_applies_to_every_split_and_makes_its_own_cache(compose_cfg, toy_corpus: ToyCorpus,
+                                                                      tmp_path: Path, monkeypatch) -> None:  # fmt: skip
+    overrides = [*toy_corpus.overrides(), *_extra(tmp_path, "pairs"), "data.src_lang=fr"]
+    given = load_corpus(compose_cfg(*overrides).data)
+    formed = load_corpus(compose_cfg(*overrides, "data.text_form=lowercase_tokenized").data)
+    for role in ("train", "valid", "test"):  # the references too
+        assert formed[role].pairs["src"] == [tokenize(s, "fr") for s in given[role].pairs["src"]], role
+        assert formed[role].pairs["tgt"] == [tokenize(t) for t in given[role].pairs["tgt"]], role
+        assert formed[role].pairs["tgt"] != given[role].pairs["tgt"], "the toy targets are upper-case"
+        assert content_key(formed[role].pairs) != content_key(given[role].pairs), "subwords and ids are keyed by the text"
+    assert formed["train"].pairs["src"][-2:] == ["ana , bel !", "cor - dun eki"]
+    assert formed["train"].pairs["tgt"][-2:] == ["zup , yex !", "wob - vak tir"]
+    made = set((tmp_path / "cache" / "text").iterdir())
+    monkeypatch.setattr("nmt.data.corpora._write_columns", lambda *a: pytest.fail("the cached text should be reused"))
+    again = load_corpus(compose_cfg(*overrides, "data.text_form=lowercase_tokenized").data)
+    assert again["train"].pairs["tgt"] == formed["train"].pairs["tgt"]
+    monkeypatch.undo()
+    monkeypatch.setattr("nmt.data.corpora.TEXT_FORM_VERSION", 99)  # the rules changed: the text is made again
+    load_corpus(compose_cfg(*overrides, "data.text_form=lowercase_tokenized").data)
+    assert len(set((tmp_path / "cache" / "text").iterdir()) - made) == 3, "one new file a split"
+
+
+def test_a_synthetic_corpus_in_another_form_stays_in_memory(compose_cfg) -> None:
+    cfg = compose_cfg("data=synthetic", "data.train_size=20", "data.valid_size=3", "data.test_size=2",
+                      "data.text_form=lowercase_tokenized")  # fmt: skip
+    corpus = load_corpus(cfg.data)
+    assert not corpus["train"].pairs.cache_files and len(corpus["train"]) == 20

@@ -75,6 +75,25 @@ def test_training_batches_carry_the_guide_of_their_own_pairs(compose_cfg, toy_co
     assert prepare_data(cfg.data).train.collate(indices).guide is None  # without links, no guide
 
 
+def test_links_cover_the_corpus_pairs_then_the_extra_pairs(compose_cfg, toy_corpus: ToyCorpus, tmp_path: Path) -> None:
+    """With data.extra_train the links file has a line for every corpus pair, then one for every extra
+    pair; a file of the corpus's pairs only is refused, naming the file."""
+    extra = write_lines(tmp_path / "extra.pairs", ["ana bel ||| ZUP YEX", "cor ||| WOB"])
+    cfg = compose_cfg(*toy_corpus.overrides(), f"data.extra_train.pairs={extra}", "data.vocab.size=60",
+                      "data.vocab.joint=true")  # fmt: skip
+    corpus_lines = [" ".join(f"{i}-{i}" for i in range(len(s.split()))) for s in toy_corpus.src_lines]
+    short = write_lines(tmp_path / "corpus.links", corpus_lines)
+    with pytest.raises(LinksError, match=rf"{re.escape(str(short))}: 400 lines of links for 402 training pairs; .* then "
+                                         "data.extra_train's"):  # fmt: skip
+        prepare_data(cfg.data, links=str(short))
+    full = write_lines(tmp_path / "all.links", [*corpus_lines, "1-0", "0-0"])
+    splits = prepare_data(cfg.data, links=str(full))
+    assert splits.train.guide is not None
+    assert [links.tolist() for links in splits.train.guide.links[-2:]] == [[[1, 0]], [[0, 0]]]
+    batch = splits.train.collate(np.array([len(splits.train) - 2]))  # the first extra pair: ana bel -> ZUP YEX
+    assert batch.guide is not None and batch.guide.sum() > 0
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [

@@ -13,7 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG_DIR, REPO_ROOT
+from conftest import CONFIG_DIR, REPO_ROOT, ToyCorpus
 from hydra import compose, initialize_config_dir
 
 from nmt.configs.help import command_help
@@ -85,6 +85,27 @@ def test_the_command_writes_a_line_a_pair(fake_eflomal, tmp_path: Path, symmetri
     assert links(_cfg(src=src, tgt=tgt, output=out, symmetrize=symmetrization)) == 3
     expected = {"intersection": ["0-0", "", "0-0"], "union": ["0-0 1-1 2-2", "", "0-0 1-1"]}[symmetrization]
     assert out.read_text(encoding="utf-8").splitlines() == expected
+
+
+def test_the_training_pairs_of_a_data_config_get_a_line_each(fake_eflomal, toy_corpus: ToyCorpus, tmp_path: Path) -> None:
+    """data=...: the corpus's training pairs, then data.extra_train's, in data.text_form, as a run
+    reads them: the file guided alignment needs (nothing of the validation or test splits)."""
+    extra = _write(tmp_path / "extra.pairs", ["Ana, BEL ||| ZUP YEX!"])
+    out = tmp_path / "train.links"
+    overrides = [*toy_corpus.overrides(), f"data.cache_dir={tmp_path / 'cache'}", f"data.extra_train.pairs={extra}",
+                 "data.text_form=lowercase_tokenized", f"output={out}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("links", overrides=overrides)
+    assert links(cfg) == len(toy_corpus.src_lines) + 1
+    sources, targets = fake_eflomal.inputs[0]
+    assert sources[-1] == "ana , bel\n" and targets[-1] == "zup yex !\n"
+    assert [t.strip() for t in targets[:-1]] == [t.lower() for t in toy_corpus.tgt_lines]
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(toy_corpus.src_lines) + 1
+    with pytest.raises(ConfigError, match="give the sentences once"):
+        links(_cfg(src=extra, tgt=extra, output=out, data="synthetic"))
+    with pytest.raises(ConfigError, match="is the input file"):
+        links(_cfg(output=extra, data="files", **{"data.extra_train.pairs": extra}, **dict(
+            o.split("=", 1) for o in toy_corpus.overrides()[1:])))
 
 
 @pytest.mark.parametrize(("values", "message"), [

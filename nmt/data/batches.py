@@ -15,6 +15,7 @@ import itertools
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +28,11 @@ from omegaconf import DictConfig
 
 from nmt.data.corpora import content_key, corpus_kind, load_corpus
 from nmt.data.guidance import GOLD, AlignmentGuide, check_gold, gold_links_of, read_links
-from nmt.tokens import pad_sources
-from nmt.data.text import worker_processes
-from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
+from nmt.data.subword_sampling import PairSampler, SubwordSampling, pair_sampler
 from nmt.data.subwords import VocabSettings, build_vocabs
+from nmt.data.text import worker_processes
+from nmt.tokens import pad_sources
+from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +178,19 @@ class PairData:
         ``i`` of this object is row ``rows[i]`` of the dataset (see :meth:`filtered`).
     :param guide: the word links of the dataset's rows, for guided alignment (batches then carry
         their attention targets), or None.
+    :param sampler: draws new segmentations of the pairs' text (the ``src`` and ``tgt`` columns)
+        for :meth:`collate` with a ``sample_seed`` (subword regularisation of training pairs), or None.
     """
 
     def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None,
-                 guide: AlignmentGuide | None = None) -> None:  # fmt: skip
+                 guide: AlignmentGuide | None = None, sampler: PairSampler | None = None) -> None:  # fmt: skip
         if dataset._indices is not None:  # a select()ed view: write the rows it maps to
             dataset = dataset.flatten_indices()
         table = dataset.data.table
+        if sampler is not None and not {"src", "tgt"} <= set(table.column_names):
+            raise ValueError("subword sampling needs the pairs' text: tokenize(..., keep_text=True)")
         self._src, self._tgt = IdColumn(table.column("src_ids")), IdColumn(table.column("tgt_ids"))
-        self._dataset, self.guide = dataset, guide
+        self._dataset, self.guide, self.sampler = dataset, guide, sampler
         self.rows = np.arange(len(self._src)) if rows is None else np.asarray(rows, dtype=np.int64)
         # +1 for the EOS of the source and for the BOS/EOS of the target
         self.src_lens = self._src.lengths[self.rows] + 1
@@ -220,16 +226,23 @@ class PairData:
                 f"no training pairs left: {int(empty.sum())} have an empty side and {int(too_long.sum())} are longer "
                 f"than data.max_len={max_len} subwords; raise data.max_len"
             )
-        return self if keep.all() else PairData(self._dataset, self.rows[keep], self.guide)
+        return self if keep.all() else PairData(self._dataset, self.rows[keep], self.guide, self.sampler)
 
-    def collate(self, indices: np.ndarray) -> Batch:
-        """Pad the pairs at ``indices`` into one :class:`Batch`."""
+    def collate(self, indices: np.ndarray, sample_seed: Sequence[int] | None = None) -> Batch:
+        """Pad the pairs at ``indices`` into one :class:`Batch`.
+
+        :param sample_seed: with a :attr:`sampler`, segment the pairs' text afresh, drawing from a
+            generator seeded with these integers (the same seed, the same batch); None = the
+            usual segmentations.
+        """
         n = len(indices)
-        src, src_lens = pad_sources([self.source(i) for i in indices])
-        tgt_in = np.full((n, int(self.tgt_lens[indices].max())), PAD_ID, dtype=np.int64)
+        sources, targets = [self.source(i) for i in indices], [self.target(i) for i in indices]
+        if self.sampler is not None and sample_seed is not None:
+            sources, targets = self.sampler.sample(*self.texts(indices), sources, targets, sample_seed)
+        src, src_lens = pad_sources(sources)
+        tgt_in = np.full((n, max(map(len, targets)) + 1), PAD_ID, dtype=np.int64)  # (B, T): the longest + BOS
         tgt_out = tgt_in.copy()
-        for row, i in enumerate(indices):
-            t = self.target(i)
+        for row, t in enumerate(targets):
             tgt_in[row, 0] = BOS_ID
             tgt_in[row, 1 : len(t) + 1] = t
             tgt_out[row, : len(t)] = t
@@ -240,14 +253,22 @@ class PairData:
             torch.from_numpy(tgt_in),
             torch.from_numpy(tgt_out),
             torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-            None if self.guide is None else self._guide(indices, src.size(1), tgt_in.shape[1]),
+            None if self.guide is None else self._guide(indices, sources, targets, src.size(1), tgt_in.shape[1]),
         )
 
-    def _guide(self, indices: np.ndarray, width: int, height: int) -> torch.Tensor:
-        """:return: (B, T, S) the guided-alignment targets of the pairs at ``indices``."""
+    def texts(self, indices: np.ndarray) -> tuple[list[str], list[str]]:
+        """The source and target text of the pairs at ``indices`` (a dataset tokenized with its text)."""
+        table, rows = self._dataset.data.table, pa.array(self.rows[np.asarray(indices, dtype=np.int64)])
+        return table.column("src").take(rows).to_pylist(), table.column("tgt").take(rows).to_pylist()
+
+    def _guide(self, indices: np.ndarray, sources: list[np.ndarray], targets: list[np.ndarray], width: int,
+               height: int) -> torch.Tensor:  # fmt: skip
+        """:return: (B, T, S) the guided-alignment targets of the pairs at ``indices``, segmented as
+        ``sources`` and ``targets``."""
         guide = self.guide
         return torch.from_numpy(np.stack([
-            guide.targets(guide.links[int(self.rows[i])], self.source(i), self.target(i), width, height) for i in indices
+            guide.targets(guide.links[int(self.rows[i])], s, t, width, height)
+            for i, s, t in zip(indices, sources, targets, strict=True)
         ]))  # fmt: skip
 
     def token_batches(self, max_tokens: int, shuffle: bool, seed: int = 0, epoch: int = 0) -> list[np.ndarray]:
@@ -352,14 +373,21 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
     settings = VocabSettings(**data_cfg.vocab)
     src_vocab, tgt_vocab = vocabs or build_vocabs(train, settings, cache / "spm")
     num_proc = int(data_cfg.get("num_proc") or 1)
-    ids = tokenize(train, src_vocab, tgt_vocab, cache / "tokenized", keep_text=False, num_proc=num_proc)
+    sampling = SubwordSampling(**data_cfg.subword_sampling)
+    # subword regularisation segments the training text afresh at batch time: keep it beside the ids
+    ids = tokenize(train, src_vocab, tgt_vocab, cache / "tokenized", keep_text=sampling.enabled, num_proc=num_proc)
     guide = None
     if train_links is not None:
         guide = AlignmentGuide(train_links, src_vocab, tgt_vocab)
         everything, text = PairData(ids), train.select_columns(["src", "tgt"]).to_dict()
         guide.check_words([everything.source(i) for i in range(len(everything))],
                           [everything.target(i) for i in range(len(everything))], text["src"], text["tgt"])  # fmt: skip
-    train_data = PairData(ids, guide=guide).filtered(data_cfg.max_len)
+    sampler = pair_sampler(sampling, settings.type, src_vocab, tgt_vocab, data_cfg.max_tokens, data_cfg.max_len)
+    if sampler is not None:
+        log.info("subword regularisation of the training pairs: %s, alpha %g%s", _sampling_name(settings.type),
+                 sampling.alpha, f", among the {sampling.nbest_size} best" if settings.type == "unigram" and
+                 sampling.nbest_size > 0 else "")  # fmt: skip
+    train_data = PairData(ids, guide=guide, sampler=sampler).filtered(data_cfg.max_len)
     evaluation = {}
     for role, split in corpus.items():
         if role != "train":
@@ -371,6 +399,10 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
         len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),
     )  # fmt: skip
     return Splits(src_vocab, tgt_vocab, train_data, evaluation)
+
+
+def _sampling_name(model_type: str) -> str:
+    return "BPE-dropout" if model_type == "bpe" else "unigram sampling"
 
 
 SUBSET_SEED = 0

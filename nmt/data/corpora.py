@@ -6,7 +6,9 @@ batching live in :mod:`nmt.data.batches`.
 
 Plain and gzipped text files are converted once, streaming, into ``<data.cache_dir>/text/<key>.arrow``,
 where the key is made from the files' paths, sizes and modification times (so an edited file is
-read again).
+read again). A run may add pairs to the training split (``data.extra_train``, after the corpus's
+own) and read every split in another text form (``data.text_form``, :mod:`nmt.data.text_form`),
+cached the same way under a key made from the text itself and the form's rules.
 
 Multi30k files are looked for, in order, in ``data.dir`` (or ``$NMT_MULTI30K_DIR``), then in the
 download cache ``<data.cache_dir>/multi30k``, and are otherwise downloaded from the official
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 from nmt.data.hub import load_hub_splits
 from nmt.data.synthetic import synthetic_corpus
 from nmt.data.text import DataError, ParallelText, TextSplit, iter_lines, read_lines
+from nmt.data.text_form import AS_IS, TEXT_FORM_VERSION, check_text_form, in_text_form
 from nmt.files import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,74 @@ def _length_mismatch(src_path, n_src: int, tgt_path, n_tgt: int) -> str:
         f"parallel files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines; "
         "line i of one must translate line i of the other"
     )
+
+
+def pairs_from_pairs_file(path: str | Path, cache_dir: str | Path, swap: bool = False) -> TextSplit:
+    """A split from one file of ``source ||| target`` lines (fast_align's format; plain or ``.gz``),
+    converted once (streaming) into a cached Arrow file like :func:`pairs_from_files`.
+
+    :param swap: the lines are ``target ||| source``.
+    :raise DataError: a line without exactly one `` ||| ``, naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    stamp = [TEXT_FORMAT, "pairs", str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns, swap]
+    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
+    target = Path(cache_dir) / "text" / f"{key}.arrow"
+    if not target.is_file():
+        log.info("reading %s into %s", path, target)
+        atomic_write(target, lambda f: _write_columns(f, _split_pairs(path, swap)))
+    return TextSplit(datasets.Dataset.from_file(str(target)), f"{path} ({'right' if swap else 'left'} side)",
+                     f"{path} ({'left' if swap else 'right'} side)")  # fmt: skip
+
+
+def _split_pairs(path: Path, swap: bool) -> Iterator[tuple[list[str], list[str]]]:
+    """The sources and targets of a pairs file, :data:`ROWS_PER_RECORD_BATCH` lines at a time."""
+    lines = enumerate(iter_lines(path), start=1)
+    while batch := list(islice(lines, ROWS_PER_RECORD_BATCH)):
+        left, right = [], []
+        for number, line in batch:
+            if line.count(" ||| ") != 1:
+                raise DataError(f"{path}, line {number}: expected 'source ||| target' (one ' ||| '), got {line[:60]!r}")
+            first, second = line.split(" ||| ")
+            left.append(first.strip())
+            right.append(second.strip())
+        yield (right, left) if swap else (left, right)
+
+
+def _write_columns(out: IO[bytes], batches: Iterator[tuple[list[str], list[str]]]) -> None:
+    """Write (sources, targets) batches as an Arrow IPC stream of ``src`` and ``tgt`` record batches."""
+    schema = pa.schema([("src", pa.string()), ("tgt", pa.string())])
+    with pa.ipc.new_stream(out, schema) as writer:
+        for src, tgt in batches:
+            writer.write_batch(pa.record_batch([pa.array(src, pa.string()), pa.array(tgt, pa.string())], schema=schema))
+
+
+def split_in_text_form(split: TextSplit, form: str, src_lang: str, tgt_lang: str, cache_dir: str | Path) -> TextSplit:
+    """``split`` with both sides in ``form`` (:mod:`nmt.data.text_form`; ``src_lang`` and ``tgt_lang``
+    choose each side's rules), the split itself for ``as_is``.
+
+    A split read from disk is converted once, streaming, into ``<cache_dir>/text/<key>.arrow``; the
+    key is made from the split's text (:func:`content_key`), the form, its rules' version and the
+    languages, so other text or other rules make another file. A split held in memory stays there.
+    """
+    if check_text_form(form) == AS_IS:
+        return split
+    src_name, tgt_name = f"{split.src_name} ({form})", f"{split.tgt_name} ({form})"
+    if not split.pairs.cache_files:  # the synthetic task, regenerated in memory: no file to keep
+        text = split.to_text()
+        return TextSplit.from_text(ParallelText(in_text_form(text.src, form, src_lang), in_text_form(text.tgt, form, tgt_lang),
+                                                src_name, tgt_name))  # fmt: skip
+    stamp = [TEXT_FORMAT, TEXT_FORM_VERSION, form, src_lang, tgt_lang, content_key(split.pairs)]
+    target = Path(cache_dir) / "text" / f"{hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]}.arrow"
+    if not target.is_file():
+        log.info("writing %s / %s in the text form %s into %s", split.src_name, split.tgt_name, form, target)
+        batches = ((in_text_form(t.column("src").to_pylist(), form, src_lang),
+                    in_text_form(t.column("tgt").to_pylist(), form, tgt_lang))
+                   for t in arrow_batches(split.pairs, ("src", "tgt"), ROWS_PER_RECORD_BATCH))  # fmt: skip
+        atomic_write(target, lambda f: _write_columns(f, batches))
+    return TextSplit(datasets.Dataset.from_file(str(target)), src_name, tgt_name)
 
 
 def content_key(pairs: datasets.Dataset, columns: Sequence[str] = ("src", "tgt")) -> str:
@@ -255,15 +326,68 @@ def load_multi30k(
     }
 
 
-def load_corpus(data_cfg) -> dict[str, TextSplit]:
-    """All splits a run uses, by role: ``train``, ``valid`` and one entry per test split.
+def load_corpus(data_cfg, extra_train: bool = True) -> dict[str, TextSplit]:
+    """All splits a run uses, by role: ``train``, ``valid`` and one entry per test split, each in
+    the run's text form (``data.text_form``).
 
     :param data_cfg: the ``data`` config node (``kind`` is ``multi30k``, ``files``, ``synthetic`` or ``hf``).
+    :param extra_train: append ``data.extra_train``'s pairs to the training split (False: do not
+        read them, e.g. when only an evaluation split is wanted).
     """
     corpus = _read_corpus(data_cfg)
+    extra = extra_train_pairs(data_cfg) if extra_train else None
+    if extra is not None:
+        corpus["train"] = append_pairs(corpus["train"], extra)
+    cache = Path(data_cfg.cache_dir)
+    langs = data_cfg.src_lang, data_cfg.tgt_lang
+    corpus = {role: split_in_text_form(text, data_cfg.text_form, *langs, cache) for role, text in corpus.items()}
     for role, text in corpus.items():
         check_has_text(text, role)
     return corpus
+
+
+def check_extra_train(src: str | None, tgt: str | None, pairs: str | None, pairs_langs, src_lang: str,
+                      tgt_lang: str) -> bool:  # fmt: skip
+    """Check the ``data.extra_train`` settings; :return: whether the pairs file's lines are
+    ``target ||| source`` (its ``pairs_langs`` are the run's languages swapped).
+
+    :raise DataError: a pairs file with src or tgt files, one of src and tgt without the other, or
+        ``pairs_langs`` that are not the run's two languages.
+    """
+    if pairs is not None and (src is not None or tgt is not None):
+        raise DataError("data.extra_train: give a pairs file (pairs=FILE) or two parallel files (src=FILE tgt=FILE), "
+                        "not both")  # fmt: skip
+    if (src is None) != (tgt is None):
+        raise DataError("data.extra_train.src and data.extra_train.tgt: give both files or neither")
+    if pairs_langs is None:
+        return False
+    langs = [str(lang) for lang in pairs_langs]
+    if langs not in ([src_lang, tgt_lang], [tgt_lang, src_lang]):
+        raise DataError(f"data.extra_train.pairs_langs={langs}: the languages of a pairs line's two sides, left first, "
+                        f"must be the run's: [{src_lang}, {tgt_lang}] or [{tgt_lang}, {src_lang}]")  # fmt: skip
+    return langs != [src_lang, tgt_lang]
+
+
+def extra_train_pairs(data_cfg) -> TextSplit | None:
+    """The pairs ``data.extra_train`` adds to the training split (None: none): a ``source |||
+    target`` file (``pairs``, its sides ordered by ``pairs_langs``) or two parallel files (``src``, ``tgt``)."""
+    extra = data_cfg.extra_train
+    swap = check_extra_train(extra.src, extra.tgt, extra.pairs, extra.pairs_langs, data_cfg.src_lang, data_cfg.tgt_lang)
+    if extra.pairs is not None:
+        return pairs_from_pairs_file(extra.pairs, data_cfg.cache_dir, swap)
+    if extra.src is not None:
+        return pairs_from_files(extra.src, extra.tgt, data_cfg.cache_dir)
+    return None
+
+
+def append_pairs(train: TextSplit, extra: TextSplit) -> TextSplit:
+    """``train``'s pairs, then ``extra``'s: row ``len(train) + k`` is extra pair k."""
+    first, second = train.pairs.select_columns(["src", "tgt"]), extra.pairs.select_columns(["src", "tgt"])
+    if second.features != first.features:
+        second = second.cast(first.features)
+    log.info("training pairs: %d of the corpus, then %d from %s", len(first), len(second), extra.src_name)
+    return TextSplit(datasets.concatenate_datasets([first, second]), f"{train.src_name} + {extra.src_name}",
+                     f"{train.tgt_name} + {extra.tgt_name}")  # fmt: skip
 
 
 def check_has_text(text: TextSplit, role: str) -> None:

@@ -69,7 +69,8 @@ def parse_links(line: str, where: str) -> np.ndarray:
 
 
 def read_links(path: str | Path, sources: Sequence[str], targets: Sequence[str]) -> list[np.ndarray]:
-    """The links of every training pair from a Pharaoh file: line n holds pair n's links.
+    """The links of every training pair from a Pharaoh file: line n holds pair n's links (the
+    corpus's pairs, then those of ``data.extra_train``).
 
     :param sources: the training sources as given (words = their whitespace tokens); ``targets`` likewise.
     :raise LinksError: a file with another number of lines than pairs, a malformed link, or a word
@@ -78,7 +79,8 @@ def read_links(path: str | Path, sources: Sequence[str], targets: Sequence[str])
     lines = read_lines(path)
     if len(lines) != len(sources):
         raise LinksError(f"{path}: {len(lines)} lines of links for {len(sources)} training pairs; the file needs one "
-                         "line per training pair, in the corpus's order (an empty line for a pair without links)")  # fmt: skip
+                         "line per training pair, in the corpus's order and then data.extra_train's (an empty line for "
+                         "a pair without links)")  # fmt: skip
     out = []
     for n, (line, src, tgt) in enumerate(zip(lines, sources, targets, strict=True), start=1):
         links = parse_links(line, f"{path}, line {n}")

@@ -20,9 +20,11 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from nmt.data.corpora import MULTI30K_SPLITS, check_multi30k_pair
+from nmt.data.corpora import MULTI30K_SPLITS, check_extra_train, check_multi30k_pair
 from nmt.data.guidance import GOLD, check_gold
+from nmt.data.subword_sampling import check_subword_sampling
 from nmt.data.text import DataError
+from nmt.data.text_form import TEXT_FORMS
 from nmt.errors import ConfigError, instantiation_message
 from nmt.model import Seq2Seq, build_model, check_attention_fits
 from nmt.search import SearchSettings, check_search_settings
@@ -67,7 +69,8 @@ INCIDENTAL = ("train.threads", "train.device", "train.resume", "train.overwrite"
 RESUMABLE_TRAIN = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("train.")) + (
     "max_epochs", "max_steps", "patience", "eval_every", "val_beam_size", "search", "max_bad_steps", "clip_norm",
     "label_smoothing", "amp", "ema", "init_from")  # fmt: skip
-RESUMABLE_DATA = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("data."))
+# (data.subword_sampling is read as each batch is made)
+RESUMABLE_DATA = tuple(k.split(".", 1)[1] for k in INCIDENTAL if k.startswith("data.")) + ("subword_sampling",)
 
 
 def resumable(key: str) -> bool:
@@ -265,8 +268,16 @@ def _check_data(cfg: DictConfig) -> None:
     check_number(cfg, "data.vocab.character_coverage", lambda v: 0 < v <= 1, "a number in (0, 1]")
     check_int(cfg, "data.vocab.sample_size", 1000)
     check_int(cfg, "data.num_proc", 1)
+    sampling = "data.subword_sampling"
+    try:
+        check_subword_sampling(value(cfg, "data.vocab.type"), value(cfg, f"{sampling}.alpha"),
+                               value(cfg, f"{sampling}.nbest_size"), value(cfg, f"{sampling}.max_growth"))  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if value(cfg, "data.max_train_pairs") is not None:
         check_int(cfg, "data.max_train_pairs", 1)
+    check_choice(cfg, "data.text_form", TEXT_FORMS)
+    _check_extra_train(cfg)
     kind = check_choice(cfg, "data.kind", DATA_KINDS)
     if kind == "multi30k":
         _check_multi30k(cfg)
@@ -286,6 +297,18 @@ def _check_data(cfg: DictConfig) -> None:
         check_int(cfg, "data.max_words", min_words)
         for key in ("data.train_size", "data.valid_size", "data.test_size"):
             check_int(cfg, key, 1)
+
+
+def _check_extra_train(cfg: DictConfig) -> None:
+    files = {side: value(cfg, f"data.extra_train.{side}") for side in ("pairs", "src", "tgt")}
+    try:
+        check_extra_train(files["src"], files["tgt"], files["pairs"], value(cfg, "data.extra_train.pairs_langs"),
+                          value(cfg, "data.src_lang"), value(cfg, "data.tgt_lang"))  # fmt: skip
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    for side, path in files.items():
+        if path is not None:
+            check_file(cfg, f"data.extra_train.{side}")
 
 
 def _check_hf(cfg: DictConfig) -> None:
@@ -361,6 +384,9 @@ def _check_guided_alignment(cfg: DictConfig) -> None:
         return
     if path == GOLD:
         check_gold(value(cfg, "data.kind"))
+        if any(value(cfg, f"data.extra_train.{side}") is not None for side in ("pairs", "src")):
+            raise ConfigError("train.guided_alignment.path=gold: the synthetic task knows the links of its own pairs "
+                              "only, not of data.extra_train's; give a links file of all the training pairs")  # fmt: skip
     else:
         check_file(cfg, "train.guided_alignment.path")
     if weight == 0:

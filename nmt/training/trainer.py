@@ -294,7 +294,11 @@ class Trainer:
 
         :return: what the update measured (a non-finite ``grad_norm``: it was skipped).
         """
-        batches = [self.data.train.collate(indices).to(self.job.device) for indices in group]
+        # with subword sampling, a batch's segmentations follow from the seed, the epoch and its first
+        # pair (no two batches of an epoch share one): the same after a resume, on any rank
+        seed, epoch = self.tcfg.seed, self.progress.epoch
+        batches = [self.data.train.collate(indices, sample_seed=(seed, epoch, int(indices[0]))).to(self.job.device)
+                   for indices in group]  # fmt: skip
         stats = train_update(self.net, self.optimizer, batches, self.tcfg, self.job, self.guide_weight())
         p = self.progress
         p.update_in_epoch += 1
