@@ -13,10 +13,17 @@ test in a real browser (tests/test_demo.py).
 The HTTP interface, for scripts as well as the page:
 
     GET  /                 the page
-    GET  /api/models       [{"name", "checkpoint", "attention", "src_lang", "tgt_lang", "beam_size", "n_best"}]
+    GET  /api/models       [{"name", "checkpoint", "attention", "src_lang", "tgt_lang", "beam_size", "n_best",
+                             "cross_attention": [{"layer", "num_layers", "heads", "num_heads"}], "shown"}]
     POST /api/translate    {"text": str, "beam_size": int, "n_best": int}  (Content-Type: application/json)
                            -> {"results": [{"name", "text", "score", "nbest": [[text, score]], "src_tokens",
                                             "tgt_tokens", "attention": [[weight]] (T x S) or null, "note"}]}
+
+``cross_attention`` says which Transformer decoder layer and heads the heatmap averages (an entry for
+each Transformer decoder, none for an RNN; ``align.layer`` and ``align.heads`` choose them), ``shown``
+the same in words. The page can also read the weights shifted (Shift-Att: target subword t's row is the
+attention of the step where t is the decoder's input) and mark each row's most attended source
+subword; it does both itself, from the weights it was sent.
 
 Every refusal is ``{"error": "<one line>"}`` with a status: 400 for a bad request (not JSON, nested
 too deeply, text that is not valid Unicode, n_best over beam_size, a ``Content-Length`` that is not
@@ -50,6 +57,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.configs import command
 from nmt.data.text import CONTROL_CHARACTERS
 from nmt.errors import ConfigError, command_errors
+from nmt.evaluation.word_alignment import attention_shown, choose_attention, describe_attention
 from nmt.runtime import parse_named, setup_logging
 from nmt.translator import TranslationResult, Translator
 
@@ -114,9 +122,11 @@ class Explorer:
         """What the page needs to know about each checkpoint before the first request."""
         out = []
         for name, t in self.translators.items():
+            shown = attention_shown(t.model)
             out.append({"name": name, "checkpoint": self.paths.get(name, ""), "attention": t.has_attention,
                         "src_lang": str(t.config.data.src_lang), "tgt_lang": str(t.config.data.tgt_lang),
-                        "beam_size": t.settings.beam_size, "n_best": t.settings.n_best})  # fmt: skip
+                        "beam_size": t.settings.beam_size, "n_best": t.settings.n_best,
+                        "cross_attention": shown, "shown": describe_attention(shown)})  # fmt: skip
         return out
 
     def translate(self, request: object) -> dict:
@@ -435,12 +445,31 @@ class ExplorerServer(ThreadingHTTPServer):
             log.exception("request from %s failed", client_address[0])
 
 
+def choose_layers(translators: dict[str, Translator], layer: int | None, heads: list[int] | None) -> None:
+    """Show the cross-attention of Transformer decoder layer ``layer``, averaged over ``heads``, in
+    every checkpoint with a Transformer decoder (an RNN decoder keeps its one attention).
+
+    :raise ConfigError: a layer or head a checkpoint does not have, or a choice (not None) when no
+        checkpoint has a Transformer decoder.
+    """
+    if layer is None and heads is None:
+        return
+    chosen = [t for t in translators.values() if attention_shown(t.model)]
+    if not chosen:
+        raise ConfigError("align.layer and align.heads choose a Transformer decoder's cross-attention; no checkpoint "
+                          "given has one (an RNN decoder has one attention)")  # fmt: skip
+    for t in chosen:
+        choose_attention(t.model, layer, heads)
+
+
 def load_explorer(cfg: DictConfig) -> Explorer:
     """The checkpoints of ``cfg.ckpt`` (``[name:PATH, ...]`` or paths; ``a.pt+b.pt`` an ensemble), loaded once."""
     named = parse_named(cfg.ckpt, "ckpt")
     translators = {name: Translator.from_checkpoint(path, device=cfg.device, threads=cfg.threads,
                                                     ensemble_rule=cfg.ensemble_rule, precision=cfg.precision)
                    for name, path in named.items()}  # fmt: skip
+    heads = None if cfg.align.heads is None else list(cfg.align.heads)
+    choose_layers(translators, cfg.align.layer, heads)
     return Explorer(translators, Limits(cfg.max_chars, cfg.max_beam), cfg.workers, cfg.max_waiting, named)
 
 

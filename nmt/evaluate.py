@@ -33,12 +33,15 @@ from nmt.evaluation.word_alignment import (
     Link,
     aer_by_bin,
     alignment_error_rate,
+    attention_shown,
     choose_attention,
+    describe_attention,
     diagonal_links,
     drop_eos,
     format_links,
     hard_links,
     read_gold,
+    shifted,
     word_attention,
 )
 from nmt.files import check_output, check_output_dir, write_output_text
@@ -221,6 +224,28 @@ def links_by_extraction(model, src_vocab, tgt_vocab, text: ParallelText, cfg: Di
     return out
 
 
+def attention_panels(result: Decoded, picked: list[int], sources: list[str],
+                     shift: bool) -> list[tuple[np.ndarray, list[str], list[str], str]]:  # fmt: skip
+    """The heatmaps of the ``picked`` sentences for :func:`alignment_grid_figure`; with ``shift``
+    read as Shift-Att (:func:`shifted`): target subword t's row is the attention of the step where
+    t is the decoder input, and the final ``</s>``, nobody's input, has no row."""
+    panels = []
+    for i in picked:
+        weights, tgt_labels = result.alignments[i], result.tgt_pieces[i]
+        if shift:
+            weights, tgt_labels = shifted(weights), tgt_labels[:-1]  # (T+1, S+1) -> (T, S+1)
+        panels.append((weights, result.src_pieces[i], tgt_labels, f"sentence {i} ({len(sources[i].split())} words)"))
+    return panels
+
+
+def attention_title(name: str, shift: bool, shown: str) -> str:
+    """A system's attention-map title: its name, the reading (each row at the step that emits its
+    target subword, or Shift-Att) and, for a Transformer, the layer and heads shown."""
+    reading = ("Shift-Att: row t = the step where target t is the decoder input" if shift
+               else "row t = the step that emits target t")  # fmt: skip
+    return f"{name} ({'; '.join(part for part in (reading, shown) if part)})"
+
+
 def planned_outputs(cfg: DictConfig, checkpoints: dict[str, str]) -> list[Path]:
     """The files :func:`evaluate` writes whatever the data (figures depend on it, and are PNGs),
     and the word alignments it writes where gold ones are known."""
@@ -268,7 +293,7 @@ def evaluate(cfg: DictConfig) -> dict:
     for name, hyps in systems.items():
         if len(hyps) != len(text.src):
             raise DataError(f"hyps {name}: {hyp_files[name]} has {len(hyps)} lines but the source has {len(text.src)}")
-    decoded, searches, links, layer_links, extraction_links = {}, {}, {}, {}, {}
+    decoded, searches, links, layer_links, extraction_links, shown = {}, {}, {}, {}, {}, {}
     files: dict[Path, str] = {}  # written with the report, once everything is computed: a failed command writes nothing
     for name, payload in payloads.items():
         log.info("decoding %d sentences with %s (precision %s)", len(text.src), checkpoints[name], cfg.precision)
@@ -280,6 +305,7 @@ def evaluate(cfg: DictConfig) -> dict:
             if isinstance(model, Ensemble) or layers > 1:  # an RNN system keeps its one attention
                 choose_attention(model, cfg.alignments.layer, cfg.alignments.heads)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
+            shown[name] = describe_attention(attention_shown(model))  # the layer and heads the maps show
             if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
                 extraction_links[name] = links_by_extraction(model, src_vocab, tgt_vocab, text, cfg, device)
                 links[name] = extraction_links[name][extraction_name(cfg.alignments.shift, cfg.alignments.eos_unaligned)]
@@ -340,10 +366,10 @@ def evaluate(cfg: DictConfig) -> dict:
         if result is None or result.alignments is None:
             continue
         system["attention"] = attention_stats(result.alignments, cfg.alignments.band).to_dict()
-        panels = [(result.alignments[i], result.src_pieces[i], result.tgt_pieces[i],
-                   f"sentence {i} ({len(text.src[i].split())} words)") for i in picked]  # fmt: skip
+        panels = attention_panels(result, picked, text.src, cfg.alignments.shift)
         if panels:
-            figures[f"alignments_{name}"] = alignment_grid_figure(panels, cfg.alignments.ncols, title=name)
+            title = attention_title(name, cfg.alignments.shift, shown[name])
+            figures[f"alignments_{name}"] = alignment_grid_figure(panels, cfg.alignments.ncols, title=title)
     for path, text in files.items():
         write_output_text(path, text)
     write_outputs(report, out_dir, figures, cfg.tensorboard)

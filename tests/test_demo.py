@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import CONFIG_DIR, SmokeRun
@@ -22,7 +23,9 @@ from hydra import compose, initialize_config_dir
 from nmt.checkpoint import save_checkpoint
 from nmt.data.corpora import load_corpus
 from nmt.data.subwords import VocabSettings, build_vocabs
-from nmt.demo import NO_ALIGNMENT, Explorer, Limits, RequestError, make_server
+from nmt.demo import NO_ALIGNMENT, Explorer, Limits, RequestError, choose_layers, load_explorer, make_server
+from nmt.errors import ConfigError
+from nmt.evaluation.word_alignment import drop_eos, hard_links
 from nmt.model import build_model
 from nmt.translator import Translator
 
@@ -124,6 +127,32 @@ def test_bad_requests_get_a_message(explorer: Explorer, request_, message: str) 
     assert message in str(error.value)
 
 
+def test_a_transformer_column_says_which_layer_and_heads_it_shows(explorer: Explorer, tmp_path: Path) -> None:
+    """``align.layer``/``align.heads`` choose the cross-attention of every Transformer checkpoint;
+    ``/api/models`` says which (an RNN decoder has one attention: nothing to say)."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=smoke_transformer", f"data.cache_dir={tmp_path}"])
+    vocabs = build_vocabs(load_corpus(cfg.data)["train"].pairs, VocabSettings(**cfg.data.vocab), tmp_path / "spm")
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "tf.pt", build_model(cfg.model, len(vocabs[0]), len(vocabs[1])), cfg, *vocabs)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        demo = compose("demo", overrides=[f"ckpt=[tf:{tmp_path / 'tf.pt'}]", "device=cpu", "align.layer=-1",
+                                          "align.heads=[1,3]"])  # fmt: skip
+    transformer = load_explorer(demo)
+    (info,) = transformer.models()
+    assert info["cross_attention"] == [{"layer": 1, "num_layers": 2, "heads": [1, 3], "num_heads": 4}]
+    assert info["shown"] == "cross-attention layer 1 of 0-1, mean of heads 1, 3 of 4"
+    rnn = explorer.models()[0]
+    assert (rnn["cross_attention"], rnn["shown"]) == ([], "")
+    translators = {"rnn": explorer.translators["attention"], **transformer.translators}
+    choose_layers(translators, 0, None)  # the RNN checkpoint beside it keeps its one attention
+    assert transformer.models()[0]["shown"] == "cross-attention layer 0 of 0-1, mean of all 4 heads"
+    with pytest.raises(ConfigError, match="align.heads"):
+        choose_layers(translators, None, [4])
+    with pytest.raises(ConfigError, match="no checkpoint given has one"):
+        choose_layers({"rnn": explorer.translators["attention"]}, 0, None)
+
+
 # --------------------------------------------------------------------------- over HTTP
 
 
@@ -196,8 +225,6 @@ def test_fifty_concurrent_requests_all_answered_correctly(server: str, explorer:
 
 
 def test_only_loopback(explorer: Explorer) -> None:
-    from nmt.errors import ConfigError
-
     with pytest.raises(ConfigError, match="loopback interface only"):
         make_server(explorer, "0.0.0.0", 0)
 
@@ -214,9 +241,53 @@ def _chromium() -> tuple[str, str]:
     return browser, driver
 
 
+# every row of a column's heatmap: its label, decoder step, link (data-link; null without one) and weights
+HEATMAP_ROWS = """
+return [...document.querySelectorAll(arguments[0] + " table.heatmap tbody tr")].map((row) => ({
+  token: row.querySelector("th").textContent, step: Number(row.dataset.step),
+  link: row.dataset.link === undefined ? null : Number(row.dataset.link),
+  marked: [...row.querySelectorAll("td")].findIndex((cell) => cell.classList.contains("link")),
+  weights: [...row.querySelectorAll("td")].map((cell) => Number(cell.dataset.weight)),
+}));"""
+
+
+def _check_readings(driver, column: str, tgt_tokens: list[str]) -> None:
+    """Shift-Att moves every row up one step under the same labels, the final </s> losing its row;
+    the links are the Python extraction's (argmax, </s> unaligned on request) on the rows drawn."""
+    from selenium.webdriver.common.by import By
+
+    plain = driver.execute_script(HEATMAP_ROWS, column)
+    assert [r["token"] for r in plain] == tgt_tokens and [r["step"] for r in plain] == list(range(len(tgt_tokens)))
+    assert all(r["link"] is None and r["marked"] == -1 for r in plain), "no links until asked for"
+    driver.find_element(By.ID, "shift").click()
+    moved = driver.execute_script(HEATMAP_ROWS, column)
+    assert [r["token"] for r in moved] == tgt_tokens[:-1]
+    assert [r["step"] for r in moved] == list(range(1, len(tgt_tokens)))
+    assert [r["weights"] for r in moved] == [r["weights"] for r in plain[1:]]
+    assert "Shift-Att" in driver.find_element(By.CSS_SELECTOR, f"{column} .reading-note").text
+    assert not driver.find_element(By.ID, "eos").is_enabled(), "</s> as unaligned is an option of the links"
+    driver.find_element(By.ID, "links").click()
+    for eos_unaligned in (False, True):
+        if eos_unaligned:
+            driver.find_element(By.ID, "eos").click()
+        rows = driver.execute_script(HEATMAP_ROWS, column)
+        expected = hard_links(drop_eos(np.array([r["weights"] for r in rows]), eos_unaligned))
+        assert {(r["link"], t) for t, r in enumerate(rows) if r["link"] >= 0} == expected
+        assert all(r["marked"] == r["link"] for r in rows)
+    driver.find_element(By.ID, "shift").click()  # back to plain: the final </s> row is no word, and gets no link
+    rows = driver.execute_script(HEATMAP_ROWS, column)
+    assert len(rows) == len(tgt_tokens) and rows[-1]["link"] is None and rows[0]["link"] is not None
+    label = driver.execute_script(
+        'return column(arguments[0]).querySelector(".shown").textContent',
+        {"name": "t", "shown": "cross-attention layer 4 of 0-5, mean of all 8 heads"},
+    )
+    assert label == "Heatmap: cross-attention layer 4 of 0-5, mean of all 8 heads"
+    assert not driver.find_elements(By.CSS_SELECTOR, f"{column} .shown"), "an RNN has one attention: no label"
+
+
 def test_the_page_in_headless_chromium(server: str, explorer: Explorer, smoke_run: SmokeRun, tmp_path: Path) -> None:
     """Type a sentence, submit, and see both columns: a translation and a heatmap for the model with
-    attention, the no-alignment message for the model without."""
+    attention, the no-alignment message for the model without; then read the heatmap shifted, with links."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -256,6 +327,7 @@ def test_the_page_in_headless_chromium(server: str, explorer: Explorer, smoke_ru
         assert not none.find_elements(By.CSS_SELECTOR, "table.heatmap")
         assert driver.save_screenshot(str(tmp_path / "explorer.png"))
         assert (tmp_path / "explorer.png").stat().st_size > 10_000
+        _check_readings(driver, column, expected.tgt_tokens)
         # an empty submission gets the page's message, not a request
         driver.find_element(By.ID, "text").clear()
         driver.find_element(By.ID, "submit").click()

@@ -462,13 +462,8 @@ def test_eos_unaligned_reaches_the_links_it_scores(synthetic_checkpoints: dict[s
     seen, written = [], {}
     monkeypatch.setattr(nmt.evaluate, "drop_eos", lambda m, unaligned: seen.append(unaligned) or drop_eos(m, unaligned))
     for unaligned in (False, True):
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("evaluate", overrides=[
-                f"ckpt=[bahdanau:{synthetic_checkpoints['bahdanau']}]", "split=test", f"out_dir={tmp_path / str(unaligned)}",
-                "n_bootstrap=0", "significance=none", "alignments.num=0", "threads=1",
-                f"alignments.eos_unaligned={unaligned}",
-            ])  # fmt: skip
-        report = evaluate(cfg)
+        report = _evaluate(f"ckpt=[bahdanau:{synthetic_checkpoints['bahdanau']}]", "split=test", "threads=1",
+                           f"out_dir={tmp_path / str(unaligned)}", f"alignments.eos_unaligned={unaligned}")  # fmt: skip
         assert report["word_alignment"]["eos_unaligned"] is unaligned
         assert sorted(seen) == [False] * 60 + [True] * 60  # 2 readings (shifted or not) x 2 extractions x 30 pairs
         seen.clear()
@@ -479,6 +474,32 @@ def test_eos_unaligned_reaches_the_links_it_scores(synthetic_checkpoints: dict[s
         written[unaligned] = [set(line.split()) for line in lines]
     assert len(written[True]) == len(written[False]) == 30
     assert all(kept <= every for kept, every in zip(written[True], written[False]))
+
+
+def test_the_attention_maps_follow_the_shift(synthetic_checkpoints: dict[str, Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """With ``alignments.shift`` the maps are read as the links are (Shift-Att): each target subword's
+    row is the next step's attention, the final ``</s>`` has no row, and the title says so."""
+    from matplotlib.figure import Figure
+
+    import nmt.evaluate
+
+    drawn = {}
+
+    def record(panels, ncols, title):
+        drawn[shift] = (panels, title)
+        return Figure(figsize=(1, 1))  # drawing is test_plotting.py's; here, what it is given
+
+    monkeypatch.setattr(nmt.evaluate, "alignment_grid_figure", record)
+    for shift in (False, True):
+        _evaluate(f"ckpt=[bahdanau:{synthetic_checkpoints['bahdanau']}]", "split=test", "threads=1",
+                  f"out_dir={tmp_path / str(shift)}", "alignments.sentences=[0,3]", f"alignments.shift={shift}")  # fmt: skip
+    (plain, plain_title), (moved, moved_title) = drawn[False], drawn[True]
+    assert "Shift-Att" in moved_title and "Shift-Att" not in plain_title and moved_title.startswith("bahdanau")
+    assert len(plain) == len(moved) == 2
+    for (weights, src, tgt, title), (weights_s, src_s, tgt_s, title_s) in zip(plain, moved):
+        assert tgt[-1] == "</s>" and tgt_s == tgt[:-1] and (src_s, title_s) == (src, title)
+        np.testing.assert_array_equal(weights_s, weights[1:])  # row t: the step whose input is subword t
 
 
 def test_evaluate_checkpoint_on_given_files(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:

@@ -1,20 +1,27 @@
 """Word alignments from attention: subwords map to the original words, subword attention becomes
 word attention (rows: mean, columns: sum), links are extracted (a word attending most to ``</s>``
 left unaligned on request) and symmetrised, gold files in both formats are read, and AER, precision
-and recall follow Och & Ney's definitions."""
+and recall follow Och & Ney's definitions; the layer and heads a Transformer shows are named."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIG_DIR, SRC_VOCAB_SIZE, TGT_VOCAB_SIZE, build_tiny_model
+from hydra import compose, initialize_config_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nmt.ensemble import Ensemble
+from nmt.errors import ConfigError
 from nmt.evaluation.word_alignment import (
     GoldAlignment,
     aer_by_bin,
     alignment_error_rate,
+    attention_shown,
+    choose_attention,
+    describe_attention,
     diagonal_links,
     drop_eos,
     format_links,
@@ -22,10 +29,12 @@ from nmt.evaluation.word_alignment import (
     parse_pharaoh,
     piece_words,
     read_gold,
+    shifted,
     symmetrize,
     word_offsets,
     word_weights,
 )
+from nmt.model import build_model
 
 
 def test_every_subword_maps_to_the_word_it_spells(tiny_vocab, toy_corpus) -> None:
@@ -181,3 +190,37 @@ def test_pharaoh_output_and_the_diagonal() -> None:
     assert diagonal_links(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}
     assert diagonal_links(3, 3) == {(0, 0), (1, 1), (2, 2)}
     assert diagonal_links(0, 3) == set()
+
+
+def test_the_shifted_reading_drops_the_first_step_and_keeps_the_rest() -> None:
+    weights = np.arange(12.0).reshape(4, 3)  # 3 subwords and </s>, 2 source subwords and </s>
+    np.testing.assert_array_equal(shifted(weights), weights[1:])  # row t: the step whose input is subword t
+
+
+def _tiny_transformer(layers: int, seed: int = 0):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["model=transformer", "model.emb_dim=16", "model.encoder.num_layers=1",
+                                          "model.encoder.num_heads=2", "model.encoder.ff_dim=16",
+                                          "model.attention.num_heads=4", f"model.decoder.num_layers={layers}",
+                                          "model.decoder.num_heads=2", "model.decoder.ff_dim=16"])  # fmt: skip
+    torch.manual_seed(seed)
+    return build_model(cfg.model, SRC_VOCAB_SIZE, TGT_VOCAB_SIZE).eval()
+
+
+def test_the_attention_shown_names_the_layer_and_heads_chosen() -> None:
+    """What a figure or the explorer says it shows: a Transformer's chosen layer and heads, nothing
+    for an RNN, each Transformer member of an ensemble."""
+    rnn, model = build_tiny_model("bahdanau", "bahdanau"), _tiny_transformer(3)
+    assert attention_shown(rnn) == [] and describe_attention(attention_shown(rnn)) == ""
+    assert attention_shown(model) == [{"layer": 1, "num_layers": 3, "heads": None, "num_heads": 4}]  # the penultimate
+    assert describe_attention(attention_shown(model)) == "cross-attention layer 1 of 0-2, mean of all 4 heads"
+    choose_attention(model, -1, [0, 2])
+    assert attention_shown(model) == [{"layer": 2, "num_layers": 3, "heads": [0, 2], "num_heads": 4}]
+    assert describe_attention(attention_shown(model)) == "cross-attention layer 2 of 0-2, mean of heads 0, 2 of 4"
+    with pytest.raises(ConfigError, match="align.heads"):
+        choose_attention(model, 0, [4])
+    two = Ensemble([_tiny_transformer(2), _tiny_transformer(2, seed=1)])
+    assert describe_attention(attention_shown(two)) == "cross-attention layer 0 of 0-1, mean of all 4 heads"  # once
+    mixed = Ensemble([model, _tiny_transformer(2)])
+    assert describe_attention(attention_shown(mixed)) == ("cross-attention layer 2 of 0-2, mean of heads 0, 2 of 4; "
+                                                          "layer 0 of 0-1, mean of all 4 heads")  # fmt: skip

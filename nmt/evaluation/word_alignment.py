@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nmt.ensemble import Ensemble
 from nmt.errors import ConfigError
 from nmt.search import Decodable, score_ids
+from nmt.transformer import TransformerDecoder
 from nmt.vocab import Vocab
 
 Link = tuple[int, int]
@@ -320,6 +322,33 @@ def choose_attention(model: Decodable, layer: int | None, heads: Sequence[int] |
         model.set_alignment(layer, None if heads is None else [int(h) for h in heads])
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def attention_shown(model: Decodable) -> list[dict]:
+    """Which cross-attention ``model`` shows as its attention (:func:`choose_attention`), one entry
+    per Transformer decoder in it (the model's own, or each Transformer member's of an ensemble).
+
+    :return: ``{"layer": 0-based, "num_layers", "heads": 0-based list or None (all), "num_heads"}``
+        each; empty for RNN decoders, which have one attention.
+    """
+    members = model.members if isinstance(model, Ensemble) else [model]
+    decoders = [m.decoder for m in members if isinstance(m.decoder, TransformerDecoder)]
+    return [{"layer": d.align_layer, "num_layers": d.num_layers,
+             "heads": None if d.align_heads is None else list(d.align_heads), "num_heads": d.cross_heads}
+            for d in decoders]  # fmt: skip
+
+
+def describe_attention(shown: Sequence[dict]) -> str:
+    """:func:`attention_shown` in words, for a figure title or a page: e.g. ``cross-attention layer
+    4 of 0-5, mean of all 8 heads``; members that differ are listed one by one; "" for none."""
+
+    def one(choice: dict) -> str:
+        count, heads = choice["num_heads"], choice["heads"]
+        heads = f"all {count} heads" if heads is None else f"heads {', '.join(map(str, heads))} of {count}"
+        return f"layer {choice['layer']} of 0-{choice['num_layers'] - 1}, mean of {heads}"
+
+    described = list(dict.fromkeys(one(choice) for choice in shown))  # distinct, in order
+    return f"cross-attention {'; '.join(described)}" if described else ""
 
 
 def shifted(weights: np.ndarray) -> np.ndarray:
