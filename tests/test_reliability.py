@@ -440,8 +440,8 @@ def test_bad_command_line_fails_at_start_up(name: str, message: str, cli_failure
         ("+model.encoder.hiden_dim=3", "model.encoder.hiden_dim is not a setting of nmt.encoder.RNNEncoder"),
         ("train.guided_alignment.path=/no/such.links", "train.guided_alignment.path=/no/such.links: no such file"),
         ("train.guided_alignment.path=gold", "train.guided_alignment.path=gold: only the synthetic task knows its gold"),
-        ("train.guided_alignment.decay=0", "train.guided_alignment.decay=0: must be a factor in (0, 1]"),
-        ("train.guided_alignment.weight=-1", "train.guided_alignment.weight=-1: must be a number >= 0"),
+        ("train.guided_alignment.decay=0", "train.guided_alignment.decay=0.0: must be a factor in (0, 1]"),
+        ("train.guided_alignment.weight=-1", "train.guided_alignment.weight=-1.0: must be a number >= 0"),
     ],
 )  # fmt: skip
 @pytest.mark.slow
