@@ -200,8 +200,12 @@ def reference_links(model, src_vocab, tgt_vocab, text: ParallelText, cfg: DictCo
     """The reference force-decoded, each target word linked by the model's attention (``alignments.*``)."""
     matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device,
                               cfg.alignments.shift, keep_eos=True)  # fmt: skip
-    return [hard_links(drop_eos(m, cfg.alignments.eos_unaligned), cfg.alignments.method, cfg.alignments.threshold)
-            for m in matrices]  # fmt: skip
+    return _hard_links(matrices, cfg.alignments.eos_unaligned, cfg)
+
+
+def _hard_links(matrices: list[np.ndarray], eos_unaligned: bool, cfg: DictConfig) -> list[set[Link]]:
+    """Each :func:`word_attention` matrix (``</s>`` column kept) as links, by ``alignments.method``."""
+    return [hard_links(drop_eos(m, eos_unaligned), cfg.alignments.method, cfg.alignments.threshold) for m in matrices]
 
 
 def extraction_name(shift: bool, eos_unaligned: bool) -> str:
@@ -218,9 +222,7 @@ def links_by_extraction(model, src_vocab, tgt_vocab, text: ParallelText, cfg: Di
         matrices = word_attention(model, src_vocab, tgt_vocab, text.src, text.tgt, cfg.batch_size, device, shift,
                                   keep_eos=True)  # fmt: skip
         for eos in (False, True):
-            out[extraction_name(shift, eos)] = [
-                hard_links(drop_eos(m, eos), cfg.alignments.method, cfg.alignments.threshold) for m in matrices
-            ]
+            out[extraction_name(shift, eos)] = _hard_links(matrices, eos, cfg)
     return out
 
 

@@ -16,6 +16,8 @@ import sentencepiece as spm
 
 from nmt.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+WORD_START = "\u2581"  # "▁": sentencepiece marks the first piece of a whitespace word with it
+
 
 class Vocab:
     """A loaded sentencepiece model with the fixed special ids.

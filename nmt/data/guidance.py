@@ -31,11 +31,10 @@ import numpy as np
 from nmt.data.synthetic import gold_links
 from nmt.data.text import read_lines
 from nmt.errors import ConfigError, DataError
-from nmt.vocab import Vocab
+from nmt.vocab import WORD_START, Vocab
 
 log = logging.getLogger(__name__)
 
-WORD_START = "\u2581"  # sentencepiece's ▁, the whitespace before a word
 GOLD = "gold"  # train.guided_alignment.path=gold: a synthetic corpus's own exact links
 
 

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from nmt.tokens import UNK_ID
-from nmt.vocab import Vocab
+from nmt.vocab import WORD_START, Vocab
 
 UNK_PENALTY = 10.0  # sentencepiece's: an unknown character scores the lowest piece's log-probability - 10
-WORD_START = "\u2581"  # "▁", sentencepiece's mark of a word's start (no piece spans two words)
 _CACHED_WORDS = 200_000  # unigram lattices kept per model; the cache is emptied when full
 
 
