@@ -12,7 +12,10 @@ Every model is trained by ``python -m nmt.train`` with the same experiment, the 
 (``--budget`` sets ``train.max_steps``/``train.max_epochs``; early stopping is off so that no model
 stops sooner) and, per seed, the same ``train.seed``; only ``model/attention`` and
 ``model/decoder`` differ, or, for ``transformer``, the model of its own experiment
-(``synthetic_transformer``, ``multi30k_de_en_transformer``). ``--single-seed`` models are trained
+(``synthetic_transformer``, ``multi30k_de_en_transformer``). The hybrids ``transformer_enc`` (the
+Transformer's encoder, Bahdanau's attention and decoder) and ``transformer_dec`` (the RNN encoder,
+the Transformer's decoder) start from the RNN experiment, with the layers and heads of the
+Transformer's own. ``--single-seed`` models are trained
 with the first seed only (the costly ones of a large study). Then, per seed, ``python -m
 nmt.evaluate`` decodes each split with that seed's checkpoints; the first model is the baseline of the paired tests. Layout:
 
@@ -98,16 +101,39 @@ EXPERIMENTS = {"synthetic": "synthetic_bottleneck", "multi30k": "multi30k_de_en"
 # sizes and schedule are not the RNN experiment's (the data, budget and seeds are shared)
 MODELS["transformer"] = []
 OWN_EXPERIMENTS = {"transformer": {"synthetic": "synthetic_transformer", "multi30k": "multi30k_de_en_transformer"}}
+# Hybrids (Chen et al. 2018, "The Best of Both Worlds"): the Transformer's encoder under the
+# Bahdanau model's attention and decoder, or the RNN encoder under the Transformer's decoder. They
+# start from the RNN experiment (its embeddings, schedule and budget); their Transformer side keeps
+# the layers, heads and feed-forward size of the Transformer's own experiment (hybrid_sizes).
+MODELS["transformer_enc"] = ["model/encoder=transformer", "model/attention=bahdanau", "model/decoder=bahdanau"]
+MODELS["transformer_dec"] = ["model/decoder=transformer", "model/attention=multihead"]
+HYBRID_SIDES = {"transformer_enc": ("encoder",), "transformer_dec": ("decoder", "attention")}
+SIZE_KEYS = ("num_layers", "num_heads", "ff_dim", "norm_first", "positions")
 GUIDED = "_guided"  # --guided MODEL trains MODEL_guided beside MODEL
 
 
-def model_overrides(name: str, guide: str | None) -> list[str]:
-    """The overrides that select model ``name`` (:data:`MODELS`); a ``_guided`` one adds guided
-    alignment towards ``guide`` (None: the synthetic task's gold links)."""
+def hybrid_overrides(name: str, data: str, experiment: str) -> list[str]:
+    """The overrides that make hybrid ``name``'s Transformer side the one of the Transformer's own
+    experiment for ``data`` (:data:`OWN_EXPERIMENTS`) in RNN ``experiment``: the RNN side's settings
+    that a Transformer layer has not (``hidden_dim``...) removed, its layers and heads set."""
+    own = expected_config([f"experiment={OWN_EXPERIMENTS['transformer'][data]}"])["model"]
+    mixed = expected_config([f"experiment={experiment}", *MODELS[name]])["model"]
+    out = []
+    for side in HYBRID_SIDES[name]:
+        out += [f"~model.{side}.{key}" for key in mixed[side] if key not in own[side]]
+        out += [f"model.{side}.{key}={own[side][key]}" for key in SIZE_KEYS if key in own[side]]
+    return out
+
+
+def model_overrides(name: str, guide: str | None, data: str, experiment: str) -> list[str]:
+    """The overrides that select model ``name`` (:data:`MODELS`) in ``experiment`` on ``data``; a
+    ``_guided`` one adds guided alignment towards ``guide`` (None: the synthetic task's gold links)."""
+    base = name.removesuffix(GUIDED)
+    overrides = [*MODELS[base], *(hybrid_overrides(base, data, experiment) if base in HYBRID_SIDES else [])]
     if not name.endswith(GUIDED):
-        return MODELS[name]
+        return overrides
     path = str(Path(guide).resolve()) if guide else "gold"
-    return [*MODELS[name.removesuffix(GUIDED)], f"train.guided_alignment.path={path}"]
+    return [*overrides, f"train.guided_alignment.path={path}"]
 
 
 DEFAULT_BINS = {"synthetic": "[10,20,30,40,50]", "multi30k": "[10,15,20,25]"}
@@ -317,10 +343,13 @@ class Plan:
         self.seeds = planned_runs(args)
         self.experiments = {name: OWN_EXPERIMENTS.get(name.removesuffix(GUIDED), {}).get(args.data, experiment)
                             for name in args.models}  # fmt: skip
-        self.runs = {(name, seed): (run_path(self.out, name, seed), [f"experiment={self.experiments[name]}", *self.common,
-                                                                     *model_overrides(name, args.guide),
-                                                                     f"train.seed={seed}"])
-                     for seed, models in self.seeds.items() for name in models}  # fmt: skip
+        self.runs = {}
+        for seed, models in self.seeds.items():
+            for name in models:
+                overrides = model_overrides(name, args.guide, args.data, self.experiments[name])
+                self.runs[(name, seed)] = (run_path(self.out, name, seed), [f"experiment={self.experiments[name]}",
+                                                                            *self.common, *overrides,
+                                                                            f"train.seed={seed}"])  # fmt: skip
         self.splits = test_splits(args)
         self.bins, self.beam = args.bins or DEFAULT_BINS[args.data], args.beam_size or DEFAULT_BEAM[args.data]
 
@@ -381,7 +410,8 @@ def report(plan: Plan, argv: list[str]) -> None:
         "```", shlex.join(["python", "-m", "nmt.study", *argv]), "```",
         "", f"Experiments: {', '.join(f'{name}: `{exp}`' for name, exp in plan.experiments.items())}", "",
         f"Training overrides shared by every model: `{' '.join(plan.common)}`, and `train.seed=S` per seed", "",
-        *(f"- {name}: `{' '.join(model_overrides(name, args.guide))}`" for name in args.models), "",
+        *(f"- {name}: `{' '.join(model_overrides(name, args.guide, args.data, plan.experiments[name]))}`"
+          for name in args.models), "",
         "## Training", "", *training_table(rows, plan.splits[0]), "",
         "machine: the median 1-minute load average while it trained; *shared* where it exceeded the run's own "
         "threads, i.e. other processes took cores too and its wall time and tokens/s are not the machine's "

@@ -17,6 +17,7 @@ import yaml
 
 import nmt.study
 from nmt.evaluation.report import LengthSettings, score_systems
+from nmt.model import build_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,6 +31,8 @@ def test_budget_and_model_overrides() -> None:
     for name, overrides in study.MODELS.items():  # a model is the same whatever the experiment's decoder
         if name in study.OWN_EXPERIMENTS:  # the Transformer: its own experiment's model
             assert overrides == [], name
+            continue
+        if name in study.HYBRID_SIDES:  # half a Transformer: see the hybrids' test
             continue
         assert sorted(o.split("=")[0] for o in overrides) == ["model/attention", "model/decoder"], name
         assert (f"model/decoder={'luong' if 'luong' in name else 'bahdanau'}") in overrides, name
@@ -48,6 +51,31 @@ def test_the_transformer_trains_from_its_own_experiment_on_the_same_budget(data:
     config = study.expected_config(transformer)
     assert config["model"]["decoder"]["_target_"] == "nmt.transformer.TransformerDecoder"
     assert config["train"]["max_steps"] == 300
+
+
+@pytest.mark.parametrize("data", ["synthetic", "multi30k"])
+def test_a_hybrid_has_the_rnn_experiments_budget_and_the_transformers_layers(data: str) -> None:
+    """transformer_enc: the Transformer's encoder under Bahdanau's decoder; transformer_dec: the bi-GRU
+    under the Transformer's decoder; the Transformer side as deep and wide as in its own experiment."""
+    study = nmt.study
+    args = study.parse_args(["--data", data, "--out", "o", "--models", "bahdanau", "transformer_enc",
+                             "transformer_dec", "--budget", "max_steps=300"])  # fmt: skip
+    plan = study.Plan(args)
+    own = study.expected_config([f"experiment={study.OWN_EXPERIMENTS['transformer'][data]}"])["model"]
+    rnn = study.expected_config(plan.runs[("bahdanau", 1234)][1])
+    for name, transformer_side, rnn_side in (("transformer_enc", "encoder", "decoder"),
+                                             ("transformer_dec", "decoder", "encoder")):  # fmt: skip
+        overrides = plan.runs[(name, 1234)][1]
+        assert overrides[0] == f"experiment={study.EXPERIMENTS[data]}"
+        config = study.expected_config(overrides)
+        assert config["train"] == rnn["train"]  # the same schedule, budget and seed
+        assert config["model"][rnn_side] == rnn["model"][rnn_side]
+        side = config["model"][transformer_side]
+        assert side["_target_"] == own[transformer_side]["_target_"]
+        assert {k: side[k] for k in study.SIZE_KEYS} == {k: own[transformer_side][k] for k in study.SIZE_KEYS}
+        model = build_model(config["model"], 50, 50)  # nothing of the RNN side is left that it cannot take
+        assert {type(model.encoder).__name__, type(model.decoder).__name__} & {"TransformerEncoder",
+                                                                               "TransformerDecoder"}  # fmt: skip
 
 
 def test_guided_models_train_beside_their_unguided_twins_on_the_same_budget_and_seeds(tmp_path: Path) -> None:
@@ -319,6 +347,27 @@ def test_alignment_error_rate_over_seeds() -> None:
     assert table[2].endswith("| 20.00 ± 14.14 | 90.00 ± 0.00 |")
     assert study.aggregate({s: _seed_report(s, {"none": 0.8}) for s in (1, 2)}, "none")["word_alignment"] is None
     assert study.alignment_table({"word_alignment": None}) == []
+
+
+def test_a_transformers_every_layer_is_aggregated_over_seeds_beside_its_chosen_one() -> None:
+    """Each cross-attention layer's AER per bin over seeds, as a column after its model's."""
+    study = nmt.study
+    reports = {}
+    for seed in (1, 2):
+        report = _with_alignment(_seed_report(seed, {"none": 0.8, "transformer": 0.9}),
+                                 {"transformer": [0.2] * 4, "diagonal": [0.9] * 4})  # fmt: skip
+        layers = _with_alignment(report, {"transformer": [0.5, 0.6, 0.7, 0.1 * seed], "diagonal": [0.9] * 4})
+        report["systems"]["transformer"]["word_alignment"]["layers"] = [
+            layers["systems"]["transformer"]["word_alignment"], report["systems"]["transformer"]["word_alignment"]]
+        reports[seed] = report
+    view = study.aggregate(reports, "none")["word_alignment"]
+    assert list(view["models"]) == ["transformer", "transformer layer 0", "transformer layer 1", "diagonal"]
+    assert view["models"]["transformer layer 0"]["bins"][3]["per_seed"] == pytest.approx({1: 0.1, 2: 0.2})
+    assert view["models"]["transformer layer 1"]["bins"] == view["models"]["transformer"]["bins"]
+    table = study.alignment_table({"word_alignment": view})
+    assert table[0] == ("| source words | sentences | transformer (2 seeds) | transformer layer 0 (2 seeds) | "
+                        "transformer layer 1 (2 seeds) | diagonal |")  # fmt: skip
+    assert table[2].startswith("| <10 |") and "| 50.00 ± 0.00 |" in table[2]
 
 
 def test_every_extraction_is_aggregated_over_seeds() -> None:

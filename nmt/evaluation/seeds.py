@@ -99,7 +99,9 @@ def aggregate_alignment(reports: dict[int, dict]) -> dict | None:
         models: {model (and "diagonal"): {seeds, aer: {mean, sd}, precision: {mean, sd}, recall: {mean, sd},
                  bins: [{label, count, mean, sd, per_seed: {seed: aer}}]}}
 
-    AER, precision and recall are fractions; ``diagonal`` is the baseline that needs no model.
+    AER, precision and recall are fractions; ``diagonal`` is the baseline that needs no model. A
+    Transformer's every cross-attention layer (heads averaged) follows it as ``"<model> layer K"``
+    (0-based, as ``align.layer``), so that the layers can be compared bin by bin.
     """
     scored = {s: r for s, r in reports.items() if r.get("word_alignment")}
     if not scored:
@@ -110,6 +112,8 @@ def aggregate_alignment(reports: dict[int, dict]) -> dict | None:
         for model, system in report["systems"].items():
             if system.get("word_alignment"):
                 per_seed.setdefault(model, {})[seed] = system["word_alignment"]
+                for layer, scores in enumerate(system["word_alignment"].get("layers") or []):  # a Transformer's
+                    per_seed.setdefault(f"{model} layer {layer}", {})[seed] = scores
         per_seed.setdefault("diagonal", {})[seed] = report["word_alignment"]["diagonal"]
     models = {}
     for model, seeds in per_seed.items():
