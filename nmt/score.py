@@ -31,7 +31,7 @@ from nmt.errors import ConfigError, command_errors
 from nmt.files import check_output, write_command_output, write_output_text
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import LENGTH_PENALTIES
-from nmt.translator import Score, score_pairs
+from nmt.translator import Score, in_checkpoint_form, score_pairs
 
 log = logging.getLogger("nmt.score")
 
@@ -134,6 +134,8 @@ def score(cfg: DictConfig) -> dict[str, float]:
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
     pair_sources = [sources[c.index] for c in candidates] if candidates is not None else sources
     pair_targets = [c.text for c in candidates] if candidates is not None else target_lines
+    pair_sources = in_checkpoint_form(pair_sources, config)  # as the model read text in training (data.text_form)
+    pair_targets = in_checkpoint_form(pair_targets, config, "target")
     scores, _ = score_pairs(model, src_vocab, tgt_vocab, pair_sources, pair_targets, penalty, alpha, cfg.batch_size,
                             device, max_src_len)  # fmt: skip
     lines = list(range(1, len(scores) + 1))

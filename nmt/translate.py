@@ -6,6 +6,9 @@
 (:class:`nmt.search.SamplingSettings`), written like an n-best list when N > 1;
 ``alignments=true`` appends `` ||| i-j ...`` word alignments from attention to every line.
 
+A model trained on text in another form (``data.text_form``, e.g. lower-cased and tokenized) gets
+each input line in that form, and writes its translations in it.
+
 Exactly one output line per input line, in order: lines are split at ``\\n`` only; an empty line
 gives an empty line; a line longer than ``max_src_len`` subwords is truncated (with a warning naming
 it), never dropped. With ``n_best > 1`` each input line gives up to ``n_best`` lines
@@ -39,7 +42,7 @@ from nmt.files import atomic_write_bytes, atomic_write_text, check_output, check
 from nmt.plotting import attention_figure, figure_png
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SamplingSettings, SearchSettings
-from nmt.translator import Translation, translate_lines
+from nmt.translator import Translation, in_checkpoint_form, translate_lines
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -153,7 +156,8 @@ def settings_from_config(cfg: DictConfig, checkpoint_config: DictConfig) -> Sear
 def _load(cfg: DictConfig) -> tuple:
     """Threads, device and the model (one checkpoint, or an ensemble of ``a.pt+b.pt``): (model,
     src_vocab, tgt_vocab, decoding settings with the given keys, device, max_src_len, seconds
-    spent loading). An ensemble decodes with its first checkpoint's settings and data.max_len."""
+    spent loading, a function that puts input lines in the checkpoint's text form). An ensemble
+    decodes with its first checkpoint's settings, data.max_len and text form."""
     set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
@@ -164,7 +168,12 @@ def _load(cfg: DictConfig) -> tuple:
     if cfg.attention_dir is not None and not model.has_alignment:
         raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
-    return model, src_vocab, tgt_vocab, settings_from_config(cfg, config), device, max_src_len, seconds
+    form = config.data.get("text_form", "as_is")
+    if form != "as_is":
+        log.info("the model was trained on text in the form %s (data.text_form): each input line is put in it, "
+                 "and the translations are in it too", form)  # fmt: skip
+    in_form = lambda lines: in_checkpoint_form(lines, config)  # noqa: E731
+    return model, src_vocab, tgt_vocab, settings_from_config(cfg, config), device, max_src_len, seconds, in_form
 
 
 def interactive(cfg: DictConfig) -> bool:
@@ -184,7 +193,8 @@ def translate(cfg: DictConfig) -> dict[str, float]:
         return translate_stream(cfg)
     lines = read_input(cfg.input, cfg.on_bad_utf8)  # bad input fails before the model loads
     sampling = sampling_from_config(cfg)
-    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
+    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds, in_form = _load(cfg)
+    lines = in_form(lines)
     per_line = sampling.n if sampling is not None else settings.n_best
     log.info("loaded %s in %.1fs (precision %s); translating %d lines on %s, %s", cfg.ckpt, load_seconds,
              cfg.precision, len(lines), device, _method(settings, sampling))  # fmt: skip
@@ -259,7 +269,7 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
     typing, or a program sending one line and waiting, gets each translation as soon as its line
     ends, while a fast pipe still fills batches. The output is the same as in batch mode."""
     sampling = sampling_from_config(cfg)
-    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds = _load(cfg)
+    model, src_vocab, tgt_vocab, settings, device, max_src_len, load_seconds, in_form = _load(cfg)
     per_line = sampling.n if sampling is not None else settings.n_best
     errors = "strict" if cfg.on_bad_utf8 == "error" else "replace"
     log.info("loaded %s (precision %s); translating standard input line by line as it arrives, %s", cfg.ckpt,
@@ -282,6 +292,7 @@ def translate_stream(cfg: DictConfig) -> dict[str, float]:
                 lines = decode_lines(complete + b"\n", "<stdin>", errors, first_line=done + 1)
             except DataError as e:
                 raise DataError(f"{e}, or run with on_bad_utf8=replace") from None
+            lines = in_form(lines)
             translations = translate_lines(model, src_vocab, lines, settings, cfg.batch_size, cfg.batch_unit, device,
                                            max_src_len, return_attention=cfg.attention_dir is not None,
                                            first_line=done + 1, sampling=sampling)  # fmt: skip

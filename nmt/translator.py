@@ -25,6 +25,7 @@ import torch
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
+from nmt.data.text_form import AS_IS, in_text_form
 from nmt.ensemble import Ensemble, load_system
 from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure
@@ -177,6 +178,15 @@ class TranslationResult:
     nbest: list[tuple[str, float]] = field(default_factory=list)
 
 
+def in_checkpoint_form(lines: list[str], config: DictConfig, side: str = "source") -> list[str]:
+    """``lines`` in the text form the checkpoint's model read in training (its ``data.text_form``,
+    :mod:`nmt.data.text_form`), by the rules of the ``side``'s language (``source`` or ``target``);
+    as given for ``as_is``. A model trained on lower-cased, tokenized text gets its input that way."""
+    data = config.data
+    form = data.get("text_form", AS_IS)
+    return in_text_form(lines, form, data.src_lang if side == "source" else data.tgt_lang)
+
+
 class Translator:
     """A loaded model with its vocabularies and its checkpoint's decoding settings.
 
@@ -249,7 +259,8 @@ class Translator:
         settings = SearchSettings.from_checkpoint(asdict(self.settings), given)
         attend = return_attention and self.has_attention
         sampling = SamplingSettings(sample, temperature, top_k, top_p, seed) if sample else None
-        translations = translate_lines(self.model, self.src_vocab, lines, settings, batch_size, "sentences",
+        formed = in_checkpoint_form(lines, self.config)
+        translations = translate_lines(self.model, self.src_vocab, formed, settings, batch_size, "sentences",
                                        self.device, self.config.data.max_len, return_attention=attend,
                                        sampling=sampling)  # fmt: skip
         results = [self._result(line, t, attend) for line, t in zip(lines, translations)]
@@ -261,8 +272,8 @@ class Translator:
         target (strings: one :class:`Score`) or lists of them (one each, in order). The
         normalised score uses the checkpoint's length penalty unless given."""
         single = isinstance(sources, str)
-        src = [sources] if single else list(sources)
-        tgt = [targets] if isinstance(targets, str) else list(targets)
+        src = in_checkpoint_form([sources] if single else list(sources), self.config)
+        tgt = in_checkpoint_form([targets] if isinstance(targets, str) else list(targets), self.config, "target")
         penalty = length_penalty if length_penalty is not None else self.settings.length_penalty
         exponent = alpha if alpha is not None else self.settings.alpha
         scores, _ = score_pairs(self.model, self.src_vocab, self.tgt_vocab, src, tgt, penalty, exponent, batch_size,

@@ -30,7 +30,7 @@ from nmt.errors import CheckpointError
 from nmt.model import build_model
 from nmt.search import SearchSettings
 from nmt.translate import block_lines, format_translations, keep_partial, read_input, translate, write_attention
-from nmt.translator import translate_lines
+from nmt.translator import Translator, translate_lines
 
 CPU = torch.device("cpu")
 GREEDY = SearchSettings(beam_size=1, n_best=1, length_penalty="none", alpha=0.0, max_len_a=1.5, max_len_b=10)
@@ -318,6 +318,35 @@ def test_the_checkpoints_own_decoding_is_the_default(smoke_run: SmokeRun, tmp_pa
     translate(translate_cfg(ckpt=ckpt, input=source, output=tmp_path / "one.txt", n_best=1))
     one = (tmp_path / "one.txt").read_text(encoding="utf-8").splitlines()
     assert len(one) == 4 and one == [text for index, _, text in rows[::2]], "beam 3 kept, n_best replaced"
+
+
+def test_a_model_trained_on_lower_cased_tokenized_text_gets_its_input_in_that_form(smoke_run: SmokeRun,
+                                                                                    tmp_path: Path) -> None:
+    """data.text_form travels in the checkpoint: nmt.translate, nmt.score and the Translator put
+    each line in it, so "A DOG RUNS." is translated as "a dog runs ." is."""
+    payload = load_checkpoint(smoke_run.checkpoint)
+    payload["config"]["data"]["text_form"] = "lowercase_tokenized"
+    ckpt = tmp_path / "formed.pt"
+    torch.save(payload, ckpt)
+    formed = [line + " ." for line in smoke_run.test_src[:4]]  # the toy corpus is lower-case words
+    shouted = [line.upper() + "." for line in smoke_run.test_src[:4]]
+    for name, lines in (("formed", formed), ("shouted", shouted)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = {}
+    for model in (smoke_run.checkpoint, ckpt):
+        for name in ("formed", "shouted"):
+            out = tmp_path / f"{Path(model).stem}.{name}.out"
+            translate(translate_cfg(ckpt=model, input=tmp_path / f"{name}.txt", output=out))
+            outputs[Path(model).stem, name] = out.read_text(encoding="utf-8")
+    assert outputs["formed", "shouted"] == outputs["formed", "formed"]
+    assert outputs["formed", "formed"] == outputs[Path(smoke_run.checkpoint).stem, "formed"]
+    assert outputs[Path(smoke_run.checkpoint).stem, "shouted"] != outputs["formed", "formed"], "as_is reads it as given"
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    assert [r.text for r in translator.translate(shouted)] == outputs["formed", "formed"].splitlines()
+    targets = outputs["formed", "formed"].splitlines()
+    loud = [t.upper() for t in targets]
+    assert [s.logprob for s in translator.score(shouted, loud)] == pytest.approx(
+        [s.logprob for s in translator.score(formed, targets)])
 
 
 @pytest.mark.parametrize("spelling", ["same", "dotted", "symlink", "hardlink"])
