@@ -27,7 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.checkpoint import direction
 from nmt.configs import command
 from nmt.data.text import BAD_UTF8, DataError, read_input
-from nmt.data.text_form import AS_IS, in_text_form
 from nmt.ensemble import load_system, split_members
 from nmt.errors import ConfigError, command_errors
 from nmt.evaluation.word_alignment import (
@@ -47,6 +46,7 @@ from nmt.evaluation.word_alignment import (
 from nmt.files import check_output, write_command_output, write_output_text
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SearchSettings
+from nmt.text_form import AS_IS, in_text_form
 from nmt.translator import translate_lines
 
 log = logging.getLogger("nmt.align")

@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.checkpoint import direction, load_checkpoint
 from nmt.configs import command
-from nmt.data.corpora import corpus_kind, load_corpus, load_multi30k
+from nmt.data.corpora import corpus_kind, load_corpus
+from nmt.data.multi30k import load_multi30k
 from nmt.data.synthetic import gold_links
-from nmt.data.text import DataError, ParallelText, read_lines
-from nmt.data.text_form import parallel_in_text_form
+from nmt.data.text import DataError, ParallelText, parallel_in_text_form, read_lines
 from nmt.ensemble import Ensemble, split_members, system_from_payloads
 from nmt.errors import CheckpointError, ConfigError, command_errors
 from nmt.evaluation.alignment import attention_stats

@@ -69,7 +69,7 @@ from omegaconf import OmegaConf
 
 from nmt.checkpoint import upgrade_config
 from nmt.configs import CONFIG_DIR
-from nmt.data.corpora import MULTI30K_SPLITS
+from nmt.data.multi30k import MULTI30K_SPLITS
 from nmt.evaluation.report import format_report
 from nmt.evaluation.seeds import (
     aggregate,

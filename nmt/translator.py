@@ -25,7 +25,6 @@ import torch
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
-from nmt.data.text_form import AS_IS, in_text_form
 from nmt.ensemble import Ensemble, load_system
 from nmt.model import Seq2Seq
 from nmt.plotting import attention_figure
@@ -39,6 +38,7 @@ from nmt.search import (
     score_ids,
     translate_ids,
 )
+from nmt.text_form import AS_IS, in_text_form
 from nmt.vocab import Vocab
 
 log = logging.getLogger("nmt.translate")
@@ -180,7 +180,7 @@ class TranslationResult:
 
 def in_checkpoint_form(lines: list[str], config: DictConfig, side: str = "source") -> list[str]:
     """``lines`` in the text form the checkpoint's model read in training (its ``data.text_form``,
-    :mod:`nmt.data.text_form`), by the rules of the ``side``'s language (``source`` or ``target``);
+    :mod:`nmt.text_form`), by the rules of the ``side``'s language (``source`` or ``target``);
     as given for ``as_is``. A model trained on lower-cased, tokenized text gets its input that way."""
     data = config.data
     form = data.get("text_form", AS_IS)

@@ -9,7 +9,7 @@ An unsupervised aligner learns from the text it aligns, so a small test set is u
 together with a larger parallel corpus of the same pair (``--extra-src``/``--extra-tgt``, e.g. the
 training corpus of the translation model), and only the test pairs' links are scored. Both are
 aligned in the form of the NAACL 2003 English-French gold set, ``data.text_form=lowercase_tokenized``
-(:mod:`nmt.data.text_form`: lower-cased, words and punctuation split, a French side's contractions
+(:mod:`nmt.text_form`: lower-cased, words and punctuation split, a French side's contractions
 written out; ``--src-lang``/``--tgt-lang`` name the sides' languages), which keeps the gold set's
 own words. Prints AER, precision and recall (%) of the forward and backward links, their four
 symmetrizations (:mod:`nmt.evaluation.word_alignment`) and the diagonal baseline; ``--output``
@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 from nmt.data.text import read_lines
-from nmt.data.text_form import tokenize
 from nmt.errors import ConfigError
 from nmt.evaluation.word_alignment import (
     SYMMETRIZATIONS,
@@ -35,6 +34,7 @@ from nmt.evaluation.word_alignment import (
     symmetrize,
 )
 from nmt.links import eflomal_links
+from nmt.text_form import tokenize
 
 
 def read_pairs(path: Path) -> tuple[list[str], list[str]]:

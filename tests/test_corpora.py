@@ -16,23 +16,19 @@ from conftest import ToyCorpus, write_lines
 from omegaconf import OmegaConf
 
 from nmt.data.corpora import (
-    MULTI30K_ENV,
     arrow_batches,
     check_extra_train,
     check_has_text,
-    check_multi30k_pair,
     content_key,
     corpus_kind,
     load_corpus,
-    load_multi30k,
-    multi30k_file,
     pairs_from_files,
     pairs_from_pairs_file,
-    read_parallel,
 )
-from nmt.data.text import DataError, TextSplit, read_lines
-from nmt.data.text_form import tokenize
+from nmt.data.multi30k import MULTI30K_ENV, check_multi30k_pair, load_multi30k, multi30k_file
+from nmt.data.text import DataError, TextSplit, read_lines, read_parallel
 from nmt.errors import ConfigError
+from nmt.text_form import tokenize
 from nmt.training.checks import validate_config
 
 LINES = ["ein Hund läuft", "", "zwei Katzen  schlafen", "Ünïcödé ✓"]

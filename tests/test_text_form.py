@@ -1,4 +1,4 @@
-"""Text forms (nmt.data.text_form): ``lowercase_tokenized`` lower-cases and splits words and
+"""Text forms (nmt.text_form): ``lowercase_tokenized`` lower-cases and splits words and
 punctuation as the Hansards gold set is tokenized, writes French contractions out on a French side,
 is idempotent and keeps the gold set's own words; and the commands that read a checkpoint's split
 or align with it read the text in the checkpoint's form."""
@@ -13,10 +13,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from nmt.align import check_reverse, sentences_in_form
-from nmt.data.text import DataError, ParallelText
-from nmt.data.text_form import TEXT_FORMS, check_text_form, in_text_form, parallel_in_text_form, tokenize
+from nmt.data.text import DataError, ParallelText, parallel_in_text_form
 from nmt.errors import ConfigError
 from nmt.evaluate import split_text
+from nmt.text_form import TEXT_FORMS, check_text_form, in_text_form, tokenize
 
 # made-up lines written as the gold set writes its own: lower-cased but for names, tokenized, French
 # contractions written out; the form changes only their case

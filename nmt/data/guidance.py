@@ -87,8 +87,9 @@ def read_links(path: str | Path, sources: Sequence[str], targets: Sequence[str])
         bad = (links[:, 0] >= n_src) | (links[:, 1] >= n_tgt)
         if bad.any():
             i, j = links[np.argmax(bad)]
-            raise LinksError(f"{path}, line {n}: link {i}-{j} is outside the pair, whose source has {n_src} words and "
-                             f"target {n_tgt} (words are the whitespace tokens of the lines as given, counted from 0)")  # fmt: skip
+            raise LinksError(f"{path}, line {n}: link {i}-{j} is outside the pair, whose source has {n_src} words "
+                             f"and target {n_tgt} (words are the whitespace tokens of the lines as given, counted "
+                             "from 0)")  # fmt: skip
         out.append(links)
     return out
 
@@ -159,7 +160,8 @@ def check_gold(kind: str) -> None:
     """
     if kind != "synthetic":
         raise ConfigError(f"train.guided_alignment.path=gold: only the synthetic task knows its gold links "
-                          f"(data.kind={kind}); give a links file of the training pairs (python -m nmt.links writes one)")  # fmt: skip
+                          f"(data.kind={kind}); give a links file of the training pairs "
+                          "(python -m nmt.links writes one)")  # fmt: skip
 
 
 def gold_links_of(sources: Sequence[str]) -> list[np.ndarray]:

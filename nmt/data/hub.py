@@ -26,8 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import OmegaConf
 
-from nmt.data.text import DataError, TextSplit
-from nmt.data.text import worker_processes
+from nmt.data.text import DataError, TextSplit, worker_processes
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt.errors import DataError
+from nmt.text_form import in_text_form
 
 if TYPE_CHECKING:  # nmt.translate reads text too, and should not pay for importing datasets
     import datasets
@@ -100,6 +101,28 @@ def iter_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
                 controlled.append(number)
             yield text
     _warn_controlled(str(path), controlled)
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
+    """Both sides of a split; files with different line counts are refused."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(length_mismatch(src_path, len(src), tgt_path, len(tgt)))
+    return ParallelText(src, tgt, str(src_path), str(tgt_path))
+
+
+def length_mismatch(src_path: str | Path, n_src: int, tgt_path: str | Path, n_tgt: int) -> str:
+    """The error of two sides of a corpus that differ in length."""
+    return (
+        f"parallel files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines; "
+        "line i of one must translate line i of the other"
+    )
+
+
+def parallel_in_text_form(text: ParallelText, form: str, src_lang: str, tgt_lang: str) -> ParallelText:
+    """Both sides of ``text`` in ``form``, each by its language's rules."""
+    return ParallelText(in_text_form(text.src, form, src_lang), in_text_form(text.tgt, form, tgt_lang), text.src_path,
+                        text.tgt_path)  # fmt: skip
 
 
 def _open(path: Path):

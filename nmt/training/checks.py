@@ -20,14 +20,15 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from nmt.data.corpora import MULTI30K_SPLITS, check_extra_train, check_multi30k_pair
+from nmt.data.corpora import check_extra_train
 from nmt.data.guidance import GOLD, check_gold
+from nmt.data.multi30k import MULTI30K_SPLITS, check_multi30k_pair
 from nmt.data.subword_sampling import check_subword_sampling
 from nmt.data.text import DataError
-from nmt.data.text_form import TEXT_FORMS
 from nmt.errors import ConfigError, instantiation_message
 from nmt.model import Seq2Seq, build_model, check_attention_fits
 from nmt.search import SearchSettings, check_search_settings
+from nmt.text_form import TEXT_FORMS
 
 VOCAB_TYPES = ("unigram", "bpe")
 NO_ATTENTION = "nmt.attention.NoAttention"

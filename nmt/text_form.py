@@ -23,8 +23,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from nmt.data.text import ParallelText
-
 AS_IS, LOWERCASE_TOKENIZED = "as_is", "lowercase_tokenized"
 TEXT_FORMS = (AS_IS, LOWERCASE_TOKENIZED)
 # bump when a form's rules change, so that text cached in the old form is made again
@@ -80,7 +78,3 @@ def in_text_form(lines: list[str], form: str, lang: str | None) -> list[str]:
     return [tokenize(line, lang) for line in lines]
 
 
-def parallel_in_text_form(text: ParallelText, form: str, src_lang: str, tgt_lang: str) -> ParallelText:
-    """Both sides of ``text`` in ``form``, each by its language's rules."""
-    return ParallelText(in_text_form(text.src, form, src_lang), in_text_form(text.tgt, form, tgt_lang), text.src_path,
-                        text.tgt_path)  # fmt: skip
