@@ -42,6 +42,7 @@ from nmt.files import atomic_write_bytes, atomic_write_text, check_output, check
 from nmt.plotting import attention_figure, figure_png
 from nmt.runtime import resolve_device, set_threads, setup_logging
 from nmt.search import SamplingSettings, SearchSettings
+from nmt.text_form import AS_IS
 from nmt.translator import Translation, in_checkpoint_form, translate_lines
 from nmt.vocab import Vocab
 
@@ -168,8 +169,8 @@ def _load(cfg: DictConfig) -> tuple:
     if cfg.attention_dir is not None and not model.has_alignment:
         raise ValueError(f"attention_dir={cfg.attention_dir}: this model has no attention (model.attention=none)")
     max_src_len = cfg.max_src_len if cfg.max_src_len is not None else config.data.max_len
-    form = config.data.get("text_form", "as_is")
-    if form != "as_is":
+    form = config.data.get("text_form", AS_IS)
+    if form != AS_IS:
         log.info("the model was trained on text in the form %s (data.text_form): each input line is put in it, "
                  "and the translations are in it too", form)  # fmt: skip
     in_form = lambda lines: in_checkpoint_form(lines, config)  # noqa: E731
