@@ -15,6 +15,7 @@ Multi30k's files are found or downloaded by :mod:`nmt.data.multi30k`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 from nmt.data.hub import load_hub_splits
 from nmt.data.multi30k import check_multi30k_pair, multi30k_file
 from nmt.data.synthetic import synthetic_corpus
-from nmt.data.text import DataError, ParallelText, TextSplit, iter_lines, length_mismatch
+from nmt.data.text import DataError, TextSplit, iter_lines, length_mismatch, parallel_in_text_form
 from nmt.files import atomic_write
 from nmt.text_form import AS_IS, TEXT_FORM_VERSION, check_text_form, in_text_form
 
@@ -138,10 +139,8 @@ def split_in_text_form(split: TextSplit, form: str, src_lang: str, tgt_lang: str
         return split
     src_name, tgt_name = f"{split.src_name} ({form})", f"{split.tgt_name} ({form})"
     if not split.pairs.cache_files:  # the synthetic task, regenerated in memory: no file to keep
-        text = split.to_text()
-        formed = ParallelText(in_text_form(text.src, form, src_lang), in_text_form(text.tgt, form, tgt_lang), src_name,
-                              tgt_name)  # fmt: skip
-        return TextSplit.from_text(formed)
+        formed = parallel_in_text_form(split.to_text(), form, src_lang, tgt_lang)
+        return TextSplit.from_text(dataclasses.replace(formed, src_path=src_name, tgt_path=tgt_name))
     stamp = [TEXT_FORMAT, TEXT_FORM_VERSION, form, src_lang, tgt_lang, content_key(split.pairs)]
     target = Path(cache_dir) / "text" / f"{hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]}.arrow"
     if not target.is_file():
