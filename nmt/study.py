@@ -55,6 +55,7 @@ seeds and guided alignment (``train.guided_alignment.path``: the synthetic task'
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -104,7 +105,7 @@ OWN_EXPERIMENTS = {"transformer": {"synthetic": "synthetic_transformer", "multi3
 # Hybrids (Chen et al. 2018, "The Best of Both Worlds"): the Transformer's encoder under the
 # Bahdanau model's attention and decoder, or the RNN encoder under the Transformer's decoder. They
 # start from the RNN experiment (its embeddings, schedule and budget); their Transformer side keeps
-# the layers, heads and feed-forward size of the Transformer's own experiment (hybrid_sizes).
+# the layers, heads and feed-forward size of the Transformer's own experiment (hybrid_overrides).
 MODELS["transformer_enc"] = ["model/encoder=transformer", "model/attention=bahdanau", "model/decoder=bahdanau"]
 MODELS["transformer_dec"] = ["model/decoder=transformer", "model/attention=multihead"]
 HYBRID_SIDES = {"transformer_enc": ("encoder",), "transformer_dec": ("decoder", "attention")}
@@ -112,7 +113,8 @@ SIZE_KEYS = ("num_layers", "num_heads", "ff_dim", "norm_first", "positions")
 GUIDED = "_guided"  # --guided MODEL trains MODEL_guided beside MODEL
 
 
-def hybrid_overrides(name: str, data: str, experiment: str) -> list[str]:
+@functools.cache  # composed once a study, not once a seed
+def hybrid_overrides(name: str, data: str, experiment: str) -> tuple[str, ...]:
     """The overrides that make hybrid ``name``'s Transformer side the one of the Transformer's own
     experiment for ``data`` (:data:`OWN_EXPERIMENTS`) in RNN ``experiment``: the RNN side's settings
     that a Transformer layer has not (``hidden_dim``...) removed, its layers and heads set."""
@@ -122,7 +124,7 @@ def hybrid_overrides(name: str, data: str, experiment: str) -> list[str]:
     for side in HYBRID_SIDES[name]:
         out += [f"~model.{side}.{key}" for key in mixed[side] if key not in own[side]]
         out += [f"model.{side}.{key}={own[side][key]}" for key in SIZE_KEYS if key in own[side]]
-    return out
+    return tuple(out)
 
 
 def model_overrides(name: str, guide: str | None, data: str, experiment: str) -> list[str]:
