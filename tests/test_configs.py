@@ -28,6 +28,7 @@ from nmt.data.subwords import VocabSettings
 from nmt.errors import ConfigError
 from nmt.model import Seq2Seq, build_model
 from nmt.search import SearchSettings
+from nmt.training.checks import validate_config
 from nmt.training.settings import TrainSettings
 
 
@@ -173,6 +174,20 @@ def test_every_scheduler_instantiates_and_steps(compose_cfg, option: str) -> Non
         else:
             scheduler.step()
     assert optimizer.param_groups[0]["lr"] > 0
+
+
+def test_a_setting_the_chosen_scheduler_does_not_take_is_named_with_its_removal(compose_cfg) -> None:
+    """A Transformer recipe sets ``train.scheduler.warmup_steps``; fine-tuning it under a constant
+    learning rate must say which key to drop, and work once it is dropped."""
+    cfg = compose_cfg("experiment=smoke_transformer", "train/scheduler=constant")
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    assert str(info.value).startswith("train.scheduler.warmup_steps: not a setting of ConstantLR")
+    assert str(info.value).endswith("remove it with ~train.scheduler.warmup_steps")
+    validate_config(compose_cfg("experiment=smoke_transformer", "train/scheduler=constant",
+                                "~train.scheduler.warmup_steps"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^train.optimizer.momentum: not a setting of Adam"):
+        validate_config(compose_cfg("+train.optimizer.momentum=0.9"))
 
 
 # --------------------------------------------------------------------------- experiments

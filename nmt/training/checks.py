@@ -9,6 +9,8 @@ optimizer and scheduler are also built once on dummy sizes, so that a constructo
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -424,6 +426,8 @@ def _check_instantiation(cfg: DictConfig) -> None:
             scheduler = hydra.utils.instantiate(cfg.train.scheduler)
         except InstantiationException as e:
             raise ConfigError(instantiation_message(e)) from None
+        for key, partial in (("optimizer", optimizer), ("scheduler", scheduler)):
+            _check_keywords(key, partial)
         try:  # both are partials: the optimizer takes parameters, the scheduler an optimizer
             optimizer = optimizer([torch.nn.Parameter(torch.zeros(1))])
         except (TypeError, ValueError) as e:
@@ -432,6 +436,29 @@ def _check_instantiation(cfg: DictConfig) -> None:
             scheduler(optimizer)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"train.scheduler: {e}") from None
+
+
+def _check_keywords(key: str, partial: Any) -> None:
+    """Refuse ``train.<key>`` settings that its chosen class does not take. They usually come from
+    an experiment written for another choice of the group (a Transformer recipe's
+    ``train.scheduler.warmup_steps`` under ``train/scheduler=constant``), so the message names
+    each one and the override that removes it."""
+    if not isinstance(partial, functools.partial):
+        return
+    try:
+        parameters = inspect.signature(partial.func).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: its own call reports
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = [name for name in partial.keywords if name not in parameters]
+    if unknown:
+        name = getattr(partial.func, "__name__", str(partial.func))
+        raise ConfigError(
+            f"{', '.join(f'train.{key}.{k}' for k in unknown)}: not a setting of {name} (train/{key}), perhaps "
+            f"left by an experiment written for another train/{key}; remove "
+            f"{'it' if len(unknown) == 1 else 'them'} with {' '.join(f'~train.{key}.{k}' for k in unknown)}"
+        )
 
 
 # --------------------------------------------------------------------------- single keys
