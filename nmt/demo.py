@@ -66,6 +66,7 @@ log = logging.getLogger("nmt.demo")
 MAX_BODY_BYTES = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 FIELDS = ("text", "beam_size", "n_best")
+HTTP_SPACE = " \t\x0b\x0c"  # ASCII whitespace (CR and LF end the line): a request line of only these is blank
 NO_ALIGNMENT = (
     "This model has no attention (model.attention=none): its decoder reads one fixed summary vector of the "
     "source, so there is no alignment to draw."
@@ -273,6 +274,19 @@ def _handler(explorer: Explorer, idle_timeout: float) -> type[BaseHTTPRequestHan
         default_request_version = "HTTP/1.0"
         timeout = idle_timeout  # StreamRequestHandler.setup puts it on the socket
         body_read = False
+
+        def parse_request(self) -> bool:
+            """The standard library's parsing, except for a request line of characters that
+            ``str.split`` takes for spaces but HTTP does not (``\\x1c``-``\\x1f``, ``\\x85``, ``\\xa0``):
+            the standard library drops it unanswered, as if blank; it is a request line that
+            cannot be read, and gets 400."""
+            line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+            if line.strip(HTTP_SPACE) and not line.split():
+                self.command, self.request_version, self.close_connection = None, self.default_request_version, True
+                self.requestline = line
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {line!r}")
+                return False
+            return super().parse_request()
 
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
             self._answer(self._get)

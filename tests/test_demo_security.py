@@ -136,6 +136,21 @@ def test_a_missing_or_repeated_host_header_is_refused(server: ExplorerServer) ->
         assert _read_all(sock).startswith(b"HTTP/1.0 400 ")
 
 
+@pytest.mark.parametrize("line", [b"\x1f", b"\x1c \x1d", b"\x85", b"\xa0\t"])
+def test_a_request_line_of_control_characters_gets_400_and_a_blank_one_nothing(server: ExplorerServer,
+                                                                               line: bytes) -> None:  # fmt: skip
+    """Python's ``str.split`` takes these characters for spaces, so the standard library would drop
+    the request unanswered, as it does a blank line."""
+    port = server.server_address[1]
+    with _connect(port) as sock:
+        sock.sendall(line + b"\r\n\r\n")
+        assert _read_all(sock).startswith(b"HTTP/1.0 400 ")
+    with _connect(port) as sock:
+        sock.sendall(b" \t\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_all(sock) == b""
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LocalHost:{port}"])
 def test_the_servers_own_names_are_served(server: ExplorerServer, host: str) -> None:
     port = server.server_address[1]
