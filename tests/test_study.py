@@ -454,7 +454,8 @@ def _run_study(command: list[str], cwd: Path, timeout: float) -> subprocess.Comp
 @pytest.mark.slow
 def test_synthetic_bottleneck(tmp_path: Path) -> None:
     """Train both models with a small shared budget (4000 training pairs and 1600 updates in place
-    of configs/experiment/synthetic_bottleneck.yaml's 50,000 and 6000) and check the length result.
+    of configs/experiment/synthetic_bottleneck.yaml's 50,000 and 6000), side by side on one thread
+    each (``--jobs 2``), and check the length result.
 
     Over five training seeds and two corpus seeds (docs/results.md) the attentional model scored
     61-88 BLEU on the 40-49 and 50+ word bins after 1300-1600 updates, the model without attention
@@ -462,7 +463,7 @@ def test_synthetic_bottleneck(tmp_path: Path) -> None:
     """
     out = tmp_path / "study"
     command = [sys.executable, "-m", "nmt.study", "--data", "synthetic", "--out", str(out),
-               "--cache-dir", str(tmp_path / "cache"), "--budget", "max_steps=1600", "--",
+               "--cache-dir", str(tmp_path / "cache"), "--budget", "max_steps=1600", "--jobs", "2", "--",
                "data.train_size=4000", "train.eval_every=100"]  # the small budget; the README's is larger  # fmt: skip
     result = _run_study(command, tmp_path, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
