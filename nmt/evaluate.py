@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.checkpoint import direction, load_checkpoint
+from nmt.checkpoint import direction, load_checkpoint, upgrade_config
 from nmt.configs import command
 from nmt.data.corpora import corpus_kind, load_corpus
 from nmt.data.multi30k import load_multi30k
@@ -133,41 +134,63 @@ def pick_sentences(chosen, count: int, total: int, seed: int) -> list[int]:
 
 
 def load_test_set(cfg: DictConfig, payloads: dict[str, dict]) -> tuple[ParallelText, str | None]:
-    """The sources and references: ``src``/``ref`` files (split None), else the checkpoints' split
-    (``split``, or their first test split) and its name.
+    """The sources and references: ``src``/``ref`` files (split None), else the split (``split``,
+    or the first test split) of the corpus the checkpoints, or the run of ``run_config``, trained
+    on, and its name.
 
-    A checkpoint names its corpus (Multi30k or synthetic, :func:`split_text`), but what is read
-    and where a split is downloaded and cached are this command's ``data_dir`` and ``cache_dir``:
+    A checkpoint or run config names its corpus (Multi30k or synthetic, :func:`split_text`), but what is
+    read and where a split is downloaded and cached are this command's ``data_dir`` and ``cache_dir``:
     a file from elsewhere never decides what is read or written."""
     split = None
     if (cfg.src is None) != (cfg.ref is None):
         raise ValueError("give both src=FILE and ref=FILE (or neither, with ckpt=... split=...)")
     if cfg.src is not None:
         text = ParallelText(read_lines(cfg.src), read_lines(cfg.ref), str(cfg.src), str(cfg.ref))
-    elif payloads:
-        directions = {name: direction(payload["config"]) for name, payload in payloads.items()}
-        if len(set(directions.values())) > 1:
-            shown = ", ".join(f"ckpt {name} translates {way}" for name, way in directions.items())
-            raise DataError(f"the checkpoints translate different directions ({shown}): no split is a test set of "
-                            "all of them; evaluate each direction on its own")  # fmt: skip
-        for name, payload in payloads.items():
-            kind = corpus_kind(payload["config"]["data"])
-            if kind not in SPLIT_CORPORA:
-                raise ConfigError(f"ckpt {name} was trained on a {kind!r} corpus, whose files a checkpoint does not "
-                                  "choose: give the test set as src=FILE ref=FILE")  # fmt: skip
-        data_cfgs = [OmegaConf.create({**p["config"]["data"], "cache_dir": cfg.cache_dir}) for p in payloads.values()]
-        split = cfg.split or default_split(data_cfgs[0])
-        texts = [split_text(data_cfg, split, cfg.data_dir) for data_cfg in data_cfgs]
-        if any(t.src != texts[0].src or t.tgt != texts[0].tgt for t in texts[1:]):
-            raise DataError(f"the checkpoints' {split} splits differ; give src= and ref= instead")
-        text = texts[0]
-    else:
-        raise ValueError("give src=FILE ref=FILE hyps=[name:FILE,...], or ckpt=PATH (split=NAME)")
+        return check_test_set(text), split
+    configs = {f"ckpt {name}": payload["config"] for name, payload in payloads.items()}
+    if cfg.run_config is not None:
+        configs[f"run_config {cfg.run_config}"] = read_run_config(cfg.run_config)
+    if not configs:
+        raise ValueError("give src=FILE ref=FILE hyps=[name:FILE,...], or ckpt=PATH (split=NAME), or hyps with "
+                         "run_config=RUN/config.yaml (split=NAME)")  # fmt: skip
+    directions = {label: direction(config) for label, config in configs.items()}
+    if len(set(directions.values())) > 1:
+        shown = ", ".join(f"{label} translates {way}" for label, way in directions.items())
+        raise DataError(f"the systems translate different directions ({shown}): no split is a test set of "
+                        "all of them; evaluate each direction on its own")  # fmt: skip
+    for label, config in configs.items():
+        kind = corpus_kind(config["data"])
+        if kind not in SPLIT_CORPORA:
+            raise ConfigError(f"{label} was trained on a {kind!r} corpus, whose files a checkpoint or run does not "
+                              "choose: give the test set as src=FILE ref=FILE")  # fmt: skip
+    data_cfgs = [OmegaConf.create({**config["data"], "cache_dir": cfg.cache_dir}) for config in configs.values()]
+    split = cfg.split or default_split(data_cfgs[0])
+    texts = [split_text(data_cfg, split, cfg.data_dir) for data_cfg in data_cfgs]
+    if any(t.src != texts[0].src or t.tgt != texts[0].tgt for t in texts[1:]):
+        raise DataError(f"the systems' {split} splits differ; give src= and ref= instead")
+    return check_test_set(texts[0]), split
+
+
+def read_run_config(path: str) -> dict:
+    """A training run's ``config.yaml`` (``run_config=``), brought to today's keys: it names the corpus of
+    the split that hypothesis files translate when no checkpoint is left to name it."""
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise ConfigError(f"run_config={path}: cannot read it as a run's config.yaml ({err}); give the "
+                          "config.yaml of the training run whose translations these are") from err  # fmt: skip
+    if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
+        raise ConfigError(f"run_config={path}: no data section; give the config.yaml of a training run folder")
+    return upgrade_config(config)
+
+
+def check_test_set(text: ParallelText) -> ParallelText:
+    """``text`` if its sides have the same number of lines, and some."""
     if len(text.src) != len(text.tgt):
         raise DataError(f"{text.src_path} has {len(text.src)} lines but {text.tgt_path} has {len(text.tgt)}")
     if not text.src:
         raise DataError(f"{text.src_path} has no lines; give one sentence a line")
-    return text, split
+    return text
 
 
 DIAGONAL = "diagonal"  # the word-alignment baseline's name in the tables (nmt.evaluation.word_alignment.diagonal_links)
@@ -263,7 +286,8 @@ def check_outputs(cfg: DictConfig, checkpoints: dict[str, str], hyp_files: dict[
     if cfg.tensorboard is not None:
         check_output_dir(cfg.tensorboard, "tensorboard")
     members = [str(path) for spec in checkpoints.values() for path in split_members(spec)]
-    inputs = [*hyp_files.values(), *members, *(str(f) for f in (cfg.src, cfg.ref, cfg.alignments.gold) if f is not None)]
+    given = (cfg.src, cfg.ref, cfg.alignments.gold, cfg.run_config)
+    inputs = [*hyp_files.values(), *members, *(str(f) for f in given if f is not None)]
     for path in planned_outputs(cfg, checkpoints):
         named = path.parent.name in ("hypotheses", "word_alignments")
         key = f"ckpt name {path.stem!r} (out_dir/{path.parent.name}/{path.name})" if named else "out_dir"

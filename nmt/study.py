@@ -302,24 +302,43 @@ def _exit_on_signals() -> None:
         signal.signal(signum, stop)
 
 
-def evaluation_is_current(seed_dir: Path, checkpoints: dict[str, Path], split: str, bins: str, beam: int) -> bool:
-    """Whether ``seed_dir/eval.json`` already scores ``checkpoints`` (name -> path, in order) on
-    ``split`` with these bins and beam, and was written after every checkpoint (a retrained model
-    is decoded again)."""
+def evaluation_is_current(seed_dir: Path, systems: dict[str, Path], split: str, bins: str, beam: int) -> bool:
+    """Whether ``seed_dir/eval.json`` already scores ``systems`` (name -> the best checkpoint, or the
+    run's recorded translations of ``split``, in order) on ``split`` with these bins and beam, and was
+    written after every one of them (a retrained model is scored again)."""
     path = seed_dir / "eval.json"
     if not path.is_file():
         return False
     report = json.loads(path.read_text(encoding="utf-8"))
-    systems = report.get("systems", {})
+    scored = report.get("systems", {})
     spec = json.loads(bins) if bins.startswith("[") else bins  # "[10,15]" or "quantile:K"
-    if list(systems) != list(checkpoints) or report.get("split") != split or report.get("bin_spec") != spec:
+    if list(scored) != list(systems) or report.get("split") != split or report.get("bin_spec") != spec:
         return False
     written = path.stat().st_mtime
     return all(
-        system.get("checkpoint") == str(ckpt) and (system.get("search") or {}).get("beam_size") == beam
-        and ckpt.is_file() and ckpt.stat().st_mtime < written
-        for system, ckpt in zip(systems.values(), checkpoints.values())
+        (system.get("checkpoint") == str(source) and (system.get("search") or {}).get("beam_size") == beam
+         if source.suffix == ".pt" else system.get("checkpoint") is None and system.get("hypotheses") == str(source))
+        and source.is_file() and source.stat().st_mtime < written
+        for system, source in zip(scored.values(), systems.values())
     )  # fmt: skip
+
+
+def recorded_translations(run_dir: Path, split: str, beam: int) -> Path:
+    """A finished run's translations of ``split`` (``hypotheses/<split>.txt``, written by its final
+    evaluation with the best checkpoint): what the study scores when the checkpoint is gone (a run
+    folder kept without its checkpoints, or copied from another machine without them).
+
+    :raise SystemExit: the run has no such file, or decoded it with another beam than the study's."""
+    path, results = run_dir / "hypotheses" / f"{split}.txt", run_dir / "results.json"
+    if not (path.is_file() and results.is_file()):
+        raise SystemExit(f"{run_dir} has neither checkpoints/best.pt nor its translations of {split} ({path}); "
+                         "remove the run folder to train it again")  # fmt: skip
+    search = json.loads(results.read_text(encoding="utf-8")).get("search") or {}
+    if search.get("beam_size") != beam:
+        raise SystemExit(f"{path} was decoded with beam {search.get('beam_size')}, the study scores beam {beam}, "
+                         f"and {run_dir / 'checkpoints/best.pt'} is gone: give --beam-size "
+                         f"{search.get('beam_size')}, or remove the run folder to train it again")  # fmt: skip
+    return path
 
 
 # --------------------------------------------------------------------------- the study: plan, train, evaluate, report
@@ -376,22 +395,37 @@ def train(plan: Plan) -> None:
 
 
 def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
-    """Every seed's ``nmt.evaluate`` of ``split`` (reused when current): seed -> report, seed -> table."""
+    """Every seed's ``nmt.evaluate`` of ``split`` (reused when current): seed -> report, seed -> table.
+
+    A seed's models are decoded from their best checkpoints; where one of them is gone, the seed is
+    scored from every model's recorded translations (:func:`recorded_translations`) instead, with
+    no attention maps (the synthetic study's alignment scores need every checkpoint)."""
     reports, tables = {}, {}
     out, args = plan.out, plan.args
     for seed, models in plan.seeds.items():
-        checkpoints = {name: run_path(out, name, seed) / "checkpoints" / "best.pt" for name in models}
+        runs = {name: run_path(out, name, seed) for name in models}
+        systems = {name: run_dir / "checkpoints" / "best.pt" for name, run_dir in runs.items()}
+        recorded = not all(path.is_file() for path in systems.values())
+        if recorded:
+            if args.data == "synthetic":
+                missing = ", ".join(str(path) for path in systems.values() if not path.is_file())
+                raise SystemExit(f"{missing}: gone, and the synthetic study scores each model's attention as word "
+                                 "alignment from its checkpoint; remove the run folder to train it again")  # fmt: skip
+            systems = {name: recorded_translations(run_dir, split, plan.beam) for name, run_dir in runs.items()}
+            print(f"seed {seed}: scoring the runs' recorded translations of {split} (a checkpoint is gone)",
+                  file=sys.stderr)  # fmt: skip
         seed_dir = out / split / f"seed{seed}"
-        if evaluation_is_current(seed_dir, checkpoints, split, plan.bins, plan.beam):
+        if evaluation_is_current(seed_dir, systems, split, plan.bins, plan.beam):
             print(f"reusing {seed_dir / 'eval.json'} (the same checkpoints and settings)", file=sys.stderr)
             reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
             tables[seed] = format_report(reports[seed]).rstrip()
             continue
-        ckpt = ",".join(f"'{name}:{path}'" for name, path in checkpoints.items())
+        named = ",".join(f"'{name}:{path}'" for name, path in systems.items())
+        chosen = [f"hyps=[{named}]", f"run_config={next(iter(runs.values())) / 'config.yaml'}"] if recorded else [
+            f"ckpt=[{named}]", f"search.beam_size={plan.beam}"]  # fmt: skip
         command = [
-            sys.executable, "-m", "nmt.evaluate", f"ckpt=[{ckpt}]", f"split={split}", f"out_dir={seed_dir}",
-            f"bins={plan.bins}", f"search.beam_size={plan.beam}",
-            f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
+            sys.executable, "-m", "nmt.evaluate", *chosen, f"split={split}", f"out_dir={seed_dir}",
+            f"bins={plan.bins}", f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
         ]  # fmt: skip
         if args.data_dir:
             command.append(f"data_dir={Path(args.data_dir).resolve()}")

@@ -613,6 +613,39 @@ def test_a_multi30k_split_is_read_from_the_users_folder_never_the_checkpoints(
     assert report["src"] == str(mine / "test_2016_flickr.de") and report["split"] == "test_2016_flickr"
 
 
+REFERENCES = ["a dog runs across the green park", "a man reads a book on the bench"]
+
+
+def test_hypothesis_files_of_a_split_are_scored_with_a_runs_config(tmp_path: Path) -> None:
+    """With no checkpoint left, a training run's config.yaml names the corpus of the split its
+    translations are of; the split is read from the command's data_dir, never the config's data.dir."""
+    theirs, mine = tmp_path / "theirs", tmp_path / "mine"
+    for folder, words in ((theirs, "x y"), (mine, "poto bolo")):
+        folder.mkdir()
+        write(folder / "test_2016_flickr.de", [words, words])
+        write(folder / "test_2016_flickr.en", REFERENCES)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        config = compose("train", overrides=["data=multi30k", "data.src_lang=de", "data.tgt_lang=en",
+                                             f"data.dir={theirs}"])  # fmt: skip
+    run_config = tmp_path / "run" / "config.yaml"
+    run_config.parent.mkdir()
+    OmegaConf.save(config, run_config)
+    hyp = write(tmp_path / "run" / "test_2016_flickr.txt", REFERENCES)
+    common = [f"hyps=[a:{hyp}]", f"cache_dir={tmp_path / 'cache'}", f"out_dir={tmp_path / 'out'}"]
+    with pytest.raises(ValueError, match="or hyps with run_config=RUN/config.yaml"):  # nothing names the corpus
+        _evaluate(*common, f"data_dir={mine}")
+    report = _evaluate(*common, f"run_config={run_config}", f"data_dir={mine}", "split=test_2016_flickr")
+    assert report["src"] == str(mine / "test_2016_flickr.de") and report["split"] == "test_2016_flickr"
+    scored = report["systems"]["a"]
+    assert scored["hypotheses"] == str(hyp) and scored["bleu"] == pytest.approx(100)  # the references themselves
+    bad = write(tmp_path / "bad.yaml", ["model: {a: 1}"])
+    with pytest.raises(ConfigError, match=f"^run_config={bad}: no data section"):
+        _evaluate(*common, f"run_config={bad}", f"data_dir={mine}")
+    broken = write(tmp_path / "broken.yaml", ["data: [unclosed"])
+    with pytest.raises(ConfigError, match=f"^run_config={broken}: cannot read it as a run's config.yaml"):
+        _evaluate(*common, f"run_config={broken}", f"data_dir={mine}")
+
+
 def test_a_failed_evaluation_writes_nothing(synthetic_checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """Refused after decoding (gold links, but no system attends): no hypotheses, no out_dir."""
     src, ref = write(tmp_path / "s.txt", ["poto bolo"]), write(tmp_path / "r.txt", ["X Y"])
@@ -655,6 +688,6 @@ def test_checkpoints_of_two_directions_are_named_with_their_directions(synthetic
         cfg = compose("evaluate", overrides=[f"ckpt=[forward:{synthetic_checkpoints['bahdanau']},backward:{turned}]",
                                              f"out_dir={tmp_path / 'out'}", "threads=1"])  # fmt: skip
     named = r"\(ckpt forward translates src->tgt, ckpt backward translates tgt->src\)"
-    with pytest.raises(DataError, match=f"the checkpoints translate different directions {named}"):
+    with pytest.raises(DataError, match=f"the systems translate different directions {named}"):
         evaluate(cfg)
     assert not (tmp_path / "out").exists()

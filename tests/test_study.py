@@ -432,6 +432,58 @@ def test_a_seeds_evaluation_is_reused_only_for_the_same_checkpoints_and_settings
     assert not study.evaluation_is_current(seed_dir, checkpoints, "test", "[10,20]", 5)
 
 
+def _recorded_run(plan, name: str, seed: int, translations: list[str], beam: int) -> Path:
+    """A finished run folder without its checkpoints: config.yaml, results.json and its
+    translations of the test split, as a run copied from another machine keeps them."""
+    run_dir, overrides = plan.runs[(name, seed)]
+    (run_dir / "hypotheses").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(nmt.study.expected_config(overrides)), encoding="utf-8")
+    (run_dir / "results.json").write_text(json.dumps({"search": {"beam_size": beam}}), encoding="utf-8")
+    (run_dir / "hypotheses" / "test_2016_flickr.txt").write_text("".join(t + "\n" for t in translations))
+    return run_dir
+
+
+@pytest.mark.slow
+def test_a_seed_whose_checkpoints_are_gone_is_scored_from_the_runs_recorded_translations(tmp_path: Path) -> None:
+    """A study's tables are rebuilt from finished runs kept without their checkpoints: each run's
+    own translations of the split are scored, the first model still the baseline."""
+    study = nmt.study
+    sources = [f"ein satz {i} mit worten" for i in range(40)]
+    references = [f"a sentence {i} of some words" for i in range(40)]
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for lang, lines in (("de", sources), ("en", references)):
+        (data / f"test_2016_flickr.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    args = study.parse_args(["--data", "multi30k", "--out", str(tmp_path / "out"), "--data-dir", str(data),
+                             "--cache-dir", str(tmp_path / "cache"), "--models", "none", "bahdanau", "--seeds", "1"])
+    plan = study.Plan(args)
+    _recorded_run(plan, "none", 1, ["a sentence"] * 40, beam=5)
+    best = _recorded_run(plan, "bahdanau", 1, references, beam=5)
+    reports, tables = study.evaluate(plan, "test_2016_flickr")
+    systems = reports[1]["systems"]
+    assert list(systems) == ["none", "bahdanau"] and systems["bahdanau"]["bleu"] == pytest.approx(100)
+    assert systems["none"]["checkpoint"] is None and systems["none"]["bleu"] < 10
+    assert reports[1]["src"] == str(data / "test_2016_flickr.de") and "bahdanau" in tables[1]
+    seed_dir = tmp_path / "out" / "test_2016_flickr" / "seed1"
+    recorded = {name: study.run_path(plan.out, name, 1) / "hypotheses" / "test_2016_flickr.txt"
+                for name in ("none", "bahdanau")}  # fmt: skip
+    assert study.evaluation_is_current(seed_dir, recorded, "test_2016_flickr", plan.bins, 5)  # scored once
+    (best / "results.json").write_text(json.dumps({"search": {"beam_size": 1}}), encoding="utf-8")
+    with pytest.raises(SystemExit, match="decoded with beam 1, the study scores beam 5"):
+        study.evaluate(plan, "test_2016_flickr")
+    (best / "hypotheses" / "test_2016_flickr.txt").unlink()
+    with pytest.raises(SystemExit, match="has neither checkpoints/best.pt nor its translations of test_2016_flickr"):
+        study.evaluate(plan, "test_2016_flickr")
+
+
+def test_the_synthetic_study_needs_its_checkpoints(tmp_path: Path) -> None:
+    """Its tables score attention as word alignment, which translations alone cannot give."""
+    study = nmt.study
+    plan = study.Plan(study.parse_args(["--data", "synthetic", "--out", str(tmp_path), "--models", "none", "bahdanau"]))
+    with pytest.raises(SystemExit, match=r"best\.pt: gone, and the synthetic study scores each model's attention"):
+        study.evaluate(plan, "test")
+
+
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
     bins = {b["lo"]: b for b in report["systems"][system]["bins"]}
     assert all(b["count"] >= 60 for b in bins.values()), bins  # ~100 sentences per 10-word bin
