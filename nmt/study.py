@@ -21,7 +21,8 @@ nmt.evaluate`` decodes each split with that seed's checkpoints; the first model 
 
     OUT/runs/<model>/seed<S>/    training run (checkpoints, train.log, tensorboard, results.json)
     OUT/<split>/seed<S>/         nmt.evaluate of seed S: eval.json (bootstrap intervals, paired
-                                 tests), bleu_by_length.png, alignments_<model>.png, hypotheses/
+                                 tests), bleu_by_length.png, alignments_<model>.png, hypotheses/,
+                                 scored_runs.json (the finished runs it scored)
     OUT/<split>/eval.json        per model and bin, by source and by reference length: the mean and
                                  standard deviation over seeds and every seed's BLEU, interval and
                                  Holm-adjusted p-value, and (synthetic task) each attending model's
@@ -37,8 +38,11 @@ A finished run (``results.json`` present) is reused, after checking that its con
 this command would train (settings of where and how fast it ran aside, :data:`nmt.training.checks.INCIDENTAL`); an
 unfinished one is continued from its ``checkpoints/last.pt`` (``train.resume=auto``). A seed's
 ``eval.json`` is reused when it scores the same checkpoints, written after them, on the same split
-with the same bins and beam (:func:`evaluation_is_current`). A killed study is resumed, or a
-finished one's tables rebuilt, by running the same command again.
+with the same bins and beam (:func:`evaluation_is_current`), and after the checkpoints are removed
+while it scored the same finished runs (``scored_runs.json`` beside it, :func:`kept_evaluation`):
+the run folders' small files and the seeds' folders rebuild every table, alignment scores
+included. A killed study is resumed, or a finished one's tables rebuilt, by running the same
+command again.
 
 ``--guided MODEL`` trains ``MODEL_guided`` beside ``MODEL``, with the same experiment, budget and
 seeds and guided alignment (``train.guided_alignment.path``: the synthetic task's own links, or
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import shlex
@@ -323,6 +328,32 @@ def evaluation_is_current(seed_dir: Path, systems: dict[str, Path], split: str, 
     )  # fmt: skip
 
 
+SCORED_RUNS = "scored_runs.json"  # beside a seed's eval.json: which finished runs it scored
+
+
+def run_digests(runs: dict[str, Path]) -> dict[str, str]:
+    """name -> the SHA-256 of the run's ``results.json``, which a finished run writes once and a
+    retrained one rewrites: what still identifies a run after its checkpoints are gone."""
+    return {name: hashlib.sha256((run_dir / "results.json").read_bytes()).hexdigest() for name, run_dir in runs.items()}
+
+
+def kept_evaluation(seed_dir: Path, runs: dict[str, Path], split: str, bins: str, beam: int) -> bool:
+    """Whether ``seed_dir/eval.json`` scored exactly these finished runs (name -> run folder; the
+    digests that :data:`SCORED_RUNS` kept when it was written) on ``split`` with these bins and beam.
+
+    The study's tables, the synthetic study's alignment scores among them, are then rebuilt from it
+    after the runs' checkpoints were removed (or left behind when the folders were copied)."""
+    path, scored_runs = seed_dir / "eval.json", seed_dir / SCORED_RUNS
+    if not (path.is_file() and scored_runs.is_file()) or not all((r / "results.json").is_file() for r in runs.values()):
+        return False
+    report = json.loads(path.read_text(encoding="utf-8"))
+    spec = json.loads(bins) if bins.startswith("[") else bins
+    if list(report.get("systems", {})) != list(runs) or report.get("split") != split or report.get("bin_spec") != spec:
+        return False
+    beams = {(system.get("search") or {}).get("beam_size") for system in report["systems"].values()}
+    return beams == {beam} and json.loads(scored_runs.read_text(encoding="utf-8")) == run_digests(runs)
+
+
 def recorded_translations(run_dir: Path, split: str, beam: int) -> Path:
     """A finished run's translations of ``split`` (``hypotheses/<split>.txt``, written by its final
     evaluation with the best checkpoint): what the study scores when the checkpoint is gone (a run
@@ -397,15 +428,23 @@ def train(plan: Plan) -> None:
 def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
     """Every seed's ``nmt.evaluate`` of ``split`` (reused when current): seed -> report, seed -> table.
 
-    A seed's models are decoded from their best checkpoints; where one of them is gone, the seed is
-    scored from every model's recorded translations (:func:`recorded_translations`) instead, with
+    A seed's models are decoded from their best checkpoints. Where one of them is gone, the seed's
+    own ``eval.json`` is reused if it scored these very runs (:func:`kept_evaluation`); else the
+    seed is scored from every model's recorded translations (:func:`recorded_translations`), with
     no attention maps (the synthetic study's alignment scores need every checkpoint)."""
     reports, tables = {}, {}
     out, args = plan.out, plan.args
     for seed, models in plan.seeds.items():
         runs = {name: run_path(out, name, seed) for name in models}
         systems = {name: run_dir / "checkpoints" / "best.pt" for name, run_dir in runs.items()}
+        seed_dir = out / split / f"seed{seed}"
         recorded = not all(path.is_file() for path in systems.values())
+        if recorded and kept_evaluation(seed_dir, runs, split, plan.bins, plan.beam):
+            print(f"reusing {seed_dir / 'eval.json'} (it scored these runs before their checkpoints were removed)",
+                  file=sys.stderr)  # fmt: skip
+            reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+            tables[seed] = format_report(reports[seed]).rstrip()
+            continue
         if recorded:
             if args.data == "synthetic":
                 missing = ", ".join(str(path) for path in systems.values() if not path.is_file())
@@ -414,11 +453,11 @@ def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
             systems = {name: recorded_translations(run_dir, split, plan.beam) for name, run_dir in runs.items()}
             print(f"seed {seed}: scoring the runs' recorded translations of {split} (a checkpoint is gone)",
                   file=sys.stderr)  # fmt: skip
-        seed_dir = out / split / f"seed{seed}"
         if evaluation_is_current(seed_dir, systems, split, plan.bins, plan.beam):
             print(f"reusing {seed_dir / 'eval.json'} (the same checkpoints and settings)", file=sys.stderr)
             reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
             tables[seed] = format_report(reports[seed]).rstrip()
+            atomic_write_text(seed_dir / SCORED_RUNS, json.dumps(run_digests(runs), indent=1) + "\n")
             continue
         named = ",".join(f"'{name}:{path}'" for name, path in systems.items())
         chosen = [f"hyps=[{named}]", f"run_config={next(iter(runs.values())) / 'config.yaml'}"] if recorded else [
@@ -433,6 +472,7 @@ def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
             command.append(f"cache_dir={Path(args.cache_dir).resolve()}")
         tables[seed] = run(command).rstrip()
         reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+        atomic_write_text(seed_dir / SCORED_RUNS, json.dumps(run_digests(runs), indent=1) + "\n")
     return reports, tables
 
 

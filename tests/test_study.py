@@ -484,6 +484,37 @@ def test_the_synthetic_study_needs_its_checkpoints(tmp_path: Path) -> None:
         study.evaluate(plan, "test")
 
 
+def test_a_seeds_evaluation_outlives_the_checkpoints_of_the_runs_it_scored(tmp_path: Path) -> None:
+    """Once a seed is scored, its runs' checkpoints can go: the same command rebuilds the tables
+    from the seed's eval.json (the synthetic study's alignment scores with it), as long as the runs
+    are the ones it scored; a retrained run, or another beam, is not taken from it."""
+    study = nmt.study
+    args = ["--data", "synthetic", "--out", str(tmp_path), "--models", "none", "bahdanau", "--seeds", "1"]
+    plan = study.Plan(study.parse_args(args))
+    runs = {name: study.run_path(plan.out, name, 1) for name in ("none", "bahdanau")}
+    for name, run_dir in runs.items():
+        run_dir.mkdir(parents=True)
+        (run_dir / "results.json").write_text(json.dumps({"test_bleu": len(name)}), encoding="utf-8")
+    seed_dir = plan.out / "test" / "seed1"
+    seed_dir.mkdir(parents=True)
+    report = _seed_report(1, {"none": 0.5, "bahdanau": 0.9})
+    report.update(split="test", bin_spec=json.loads(plan.bins))
+    for name, system in report["systems"].items():
+        system.update(checkpoint=str(runs[name] / "checkpoints" / "best.pt"), search={"beam_size": plan.beam})
+    (seed_dir / "eval.json").write_text(json.dumps(report), encoding="utf-8")
+    with pytest.raises(SystemExit, match="scores each model's attention"):  # no record of what it scored
+        study.evaluate(plan, "test")
+    (seed_dir / study.SCORED_RUNS).write_text(json.dumps(study.run_digests(runs)), encoding="utf-8")
+    reports, tables = study.evaluate(plan, "test")
+    assert reports == {1: report} and "bahdanau" in tables[1]
+    assert not study.kept_evaluation(seed_dir, runs, "test", plan.bins, plan.beam + 4)
+    assert not study.kept_evaluation(seed_dir, {"none": runs["none"]}, "test", plan.bins, plan.beam)
+    (runs["bahdanau"] / "results.json").write_text(json.dumps({"test_bleu": 1}), encoding="utf-8")  # retrained
+    assert not study.kept_evaluation(seed_dir, runs, "test", plan.bins, plan.beam)
+    with pytest.raises(SystemExit, match="scores each model's attention"):
+        study.evaluate(plan, "test")
+
+
 def bins_by_lo(report: dict, system: str) -> dict[int, dict]:
     bins = {b["lo"]: b for b in report["systems"][system]["bins"]}
     assert all(b["count"] >= 60 for b in bins.values()), bins  # ~100 sentences per 10-word bin
