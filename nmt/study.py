@@ -439,13 +439,8 @@ def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
         systems = {name: run_dir / "checkpoints" / "best.pt" for name, run_dir in runs.items()}
         seed_dir = out / split / f"seed{seed}"
         recorded = not all(path.is_file() for path in systems.values())
-        if recorded and kept_evaluation(seed_dir, runs, split, plan.bins, plan.beam):
-            print(f"reusing {seed_dir / 'eval.json'} (it scored these runs before their checkpoints were removed)",
-                  file=sys.stderr)  # fmt: skip
-            reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
-            tables[seed] = format_report(reports[seed]).rstrip()
-            continue
-        if recorded:
+        kept = recorded and kept_evaluation(seed_dir, runs, split, plan.bins, plan.beam)
+        if recorded and not kept:
             if args.data == "synthetic":
                 missing = ", ".join(str(path) for path in systems.values() if not path.is_file())
                 raise SystemExit(f"{missing}: gone, and the synthetic study scores each model's attention as word "
@@ -453,27 +448,36 @@ def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
             systems = {name: recorded_translations(run_dir, split, plan.beam) for name, run_dir in runs.items()}
             print(f"seed {seed}: scoring the runs' recorded translations of {split} (a checkpoint is gone)",
                   file=sys.stderr)  # fmt: skip
-        if evaluation_is_current(seed_dir, systems, split, plan.bins, plan.beam):
-            print(f"reusing {seed_dir / 'eval.json'} (the same checkpoints and settings)", file=sys.stderr)
+        if kept or evaluation_is_current(seed_dir, systems, split, plan.bins, plan.beam):
+            why = "it scored these runs before their checkpoints were removed" if kept else "the same checkpoints"
+            print(f"reusing {seed_dir / 'eval.json'} ({why})", file=sys.stderr)
             reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
             tables[seed] = format_report(reports[seed]).rstrip()
-            atomic_write_text(seed_dir / SCORED_RUNS, json.dumps(run_digests(runs), indent=1) + "\n")
-            continue
-        named = ",".join(f"'{name}:{path}'" for name, path in systems.items())
-        chosen = [f"hyps=[{named}]", f"run_config={next(iter(runs.values())) / 'config.yaml'}"] if recorded else [
-            f"ckpt=[{named}]", f"search.beam_size={plan.beam}"]  # fmt: skip
-        command = [
-            sys.executable, "-m", "nmt.evaluate", *chosen, f"split={split}", f"out_dir={seed_dir}",
-            f"bins={plan.bins}", f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
-        ]  # fmt: skip
-        if args.data_dir:
-            command.append(f"data_dir={Path(args.data_dir).resolve()}")
-        if args.cache_dir:
-            command.append(f"cache_dir={Path(args.cache_dir).resolve()}")
-        tables[seed] = run(command).rstrip()
-        reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
+        else:
+            tables[seed] = run(evaluate_command(plan, split, seed, runs, systems, recorded)).rstrip()
+            reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
         atomic_write_text(seed_dir / SCORED_RUNS, json.dumps(run_digests(runs), indent=1) + "\n")
     return reports, tables
+
+
+def evaluate_command(plan: Plan, split: str, seed: int, runs: dict[str, Path], systems: dict[str, Path],
+                     recorded: bool) -> list[str]:  # fmt: skip
+    """The ``nmt.evaluate`` command line that scores one seed's ``systems`` (checkpoints, or the
+    runs' recorded translations when ``recorded``) into ``OUT/<split>/seed<S>/``."""
+    out, args = plan.out, plan.args
+    seed_dir = out / split / f"seed{seed}"
+    named = ",".join(f"'{name}:{path}'" for name, path in systems.items())
+    chosen = [f"hyps=[{named}]", f"run_config={next(iter(runs.values())) / 'config.yaml'}"] if recorded else [
+        f"ckpt=[{named}]", f"search.beam_size={plan.beam}"]  # fmt: skip
+    command = [
+        sys.executable, "-m", "nmt.evaluate", *chosen, f"split={split}", f"out_dir={seed_dir}",
+        f"bins={plan.bins}", f"tensorboard={out / 'tensorboard' / split / f'seed{seed}'}",
+    ]  # fmt: skip
+    if args.data_dir:
+        command.append(f"data_dir={Path(args.data_dir).resolve()}")
+    if args.cache_dir:
+        command.append(f"cache_dir={Path(args.cache_dir).resolve()}")
+    return command
 
 
 def report(plan: Plan, argv: list[str]) -> None:
