@@ -307,24 +307,31 @@ def _exit_on_signals() -> None:
         signal.signal(signum, stop)
 
 
+def seed_report(seed_dir: Path, names: list[str], split: str, bins: str) -> dict | None:
+    """``seed_dir/eval.json`` if it scores the systems ``names`` (in order) on ``split`` with these
+    bins, else None: what both ways of reusing a seed's evaluation check first."""
+    path = seed_dir / "eval.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    spec = json.loads(bins) if bins.startswith("[") else bins  # "[10,15]" or "quantile:K"
+    same = list(report.get("systems", {})) == names and report.get("split") == split and report.get("bin_spec") == spec
+    return report if same else None
+
+
 def evaluation_is_current(seed_dir: Path, systems: dict[str, Path], split: str, bins: str, beam: int) -> bool:
     """Whether ``seed_dir/eval.json`` already scores ``systems`` (name -> the best checkpoint, or the
     run's recorded translations of ``split``, in order) on ``split`` with these bins and beam, and was
     written after every one of them (a retrained model is scored again)."""
-    path = seed_dir / "eval.json"
-    if not path.is_file():
+    report = seed_report(seed_dir, list(systems), split, bins)
+    if report is None:
         return False
-    report = json.loads(path.read_text(encoding="utf-8"))
-    scored = report.get("systems", {})
-    spec = json.loads(bins) if bins.startswith("[") else bins  # "[10,15]" or "quantile:K"
-    if list(scored) != list(systems) or report.get("split") != split or report.get("bin_spec") != spec:
-        return False
-    written = path.stat().st_mtime
+    written = (seed_dir / "eval.json").stat().st_mtime
     return all(
         (system.get("checkpoint") == str(source) and (system.get("search") or {}).get("beam_size") == beam
          if source.suffix == ".pt" else system.get("checkpoint") is None and system.get("hypotheses") == str(source))
         and source.is_file() and source.stat().st_mtime < written
-        for system, source in zip(scored.values(), systems.values())
+        for system, source in zip(report["systems"].values(), systems.values())
     )  # fmt: skip
 
 
@@ -343,12 +350,11 @@ def kept_evaluation(seed_dir: Path, runs: dict[str, Path], split: str, bins: str
 
     The study's tables, the synthetic study's alignment scores among them, are then rebuilt from it
     after the runs' checkpoints were removed (or left behind when the folders were copied)."""
-    path, scored_runs = seed_dir / "eval.json", seed_dir / SCORED_RUNS
-    if not (path.is_file() and scored_runs.is_file()) or not all((r / "results.json").is_file() for r in runs.values()):
+    scored_runs = seed_dir / SCORED_RUNS
+    if not scored_runs.is_file() or not all((r / "results.json").is_file() for r in runs.values()):
         return False
-    report = json.loads(path.read_text(encoding="utf-8"))
-    spec = json.loads(bins) if bins.startswith("[") else bins
-    if list(report.get("systems", {})) != list(runs) or report.get("split") != split or report.get("bin_spec") != spec:
+    report = seed_report(seed_dir, list(runs), split, bins)
+    if report is None:
         return False
     beams = {(system.get("search") or {}).get("beam_size") for system in report["systems"].values()}
     return beams == {beam} and json.loads(scored_runs.read_text(encoding="utf-8")) == run_digests(runs)
@@ -449,7 +455,8 @@ def evaluate(plan: Plan, split: str) -> tuple[dict[int, dict], dict[int, str]]:
             print(f"seed {seed}: scoring the runs' recorded translations of {split} (a checkpoint is gone)",
                   file=sys.stderr)  # fmt: skip
         if kept or evaluation_is_current(seed_dir, systems, split, plan.bins, plan.beam):
-            why = "it scored these runs before their checkpoints were removed" if kept else "the same checkpoints"
+            why = ("it scored these runs before their checkpoints were removed" if kept
+                   else "the same checkpoints and settings")  # fmt: skip
             print(f"reusing {seed_dir / 'eval.json'} ({why})", file=sys.stderr)
             reports[seed] = json.loads((seed_dir / "eval.json").read_text(encoding="utf-8"))
             tables[seed] = format_report(reports[seed]).rstrip()
