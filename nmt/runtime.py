@@ -4,6 +4,8 @@ lists of the command lines."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import random
 import subprocess
@@ -28,7 +30,15 @@ PROVENANCE_PACKAGES = ("nmt", "torch", "sacrebleu", "sentencepiece", "datasets",
 def provenance() -> dict[str, object]:
     """What produced a result: package versions and, when the package runs from a git checkout,
     its commit and whether the working tree had changes. Saved in checkpoints, ``results.json``
-    and ``eval.json`` so that a reported figure can be traced to its code."""
+    and ``eval.json`` so that a reported figure can be traced to its code.
+
+    Read once a process, at the first call (the trainer makes it when it starts): a commit made
+    while a run trains is not the code that trained it."""
+    return copy.deepcopy(_provenance())
+
+
+@functools.cache
+def _provenance() -> dict[str, object]:
     from importlib import metadata
 
     versions = {}

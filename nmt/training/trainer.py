@@ -257,6 +257,7 @@ class Trainer:
         self.done = self.reason is not None
         self.bar: tqdm | None = None  # the progress bar of the epoch in progress (a terminal only)
         self.rate = TokenRate()
+        provenance()  # the code as it is now, before a commit made while the run trains
 
     def open(self) -> None:
         """Start writing TensorBoard events (rank 0), once :func:`nmt.train.open_run` accepted the folder."""
