@@ -324,6 +324,9 @@ def test_a_checkpoint_from_before_extra_pairs_and_text_forms_resumes_unchanged(c
     for change in ("data.text_form=lowercase_tokenized", f"data.extra_train.pairs={toy_corpus.train_src}"):
         with pytest.raises(ConfigError, match=rf"cannot resume old.pt: .*{change.split('=')[0]}: "):
             resume_changes(upgraded, compose_cfg(*toy_corpus.overrides(), change), "old.pt")
+    without_repeat = OmegaConf.to_container(cfg, resolve=True)
+    del without_repeat["data"]["extra_train"]["repeat"]
+    assert upgrade_config(without_repeat)["data"]["extra_train"]["repeat"] == 1, "extra pairs were read once an epoch"
     again = upgrade_config(OmegaConf.to_container(cfg, resolve=True) | {"data": {"vocab": {}}})
     again["data"]["extra_train"]["pairs"] = "x"
     assert upgrade_config({"data": {"vocab": {}}})["data"]["extra_train"]["pairs"] is None, "the defaults are not shared"

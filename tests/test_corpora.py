@@ -391,6 +391,14 @@ def test_the_training_checks_name_a_missing_extra_file(compose_cfg, toy_corpus: 
         validate_config(compose_cfg(*toy_corpus.overrides(), "data.text_form=lower"))
 
 
+def test_the_training_checks_refuse_a_repeat_that_cannot_apply(compose_cfg, toy_corpus: ToyCorpus) -> None:
+    with pytest.raises(ConfigError, match=r"data.extra_train.repeat=0: must be an integer >= 1"):
+        validate_config(compose_cfg(*toy_corpus.overrides(), f"data.extra_train.pairs={toy_corpus.train_src}",
+                                    "data.extra_train.repeat=0"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.extra_train.repeat=5 without extra pairs: name them"):
+        validate_config(compose_cfg(*toy_corpus.overrides(), "data.extra_train.repeat=5"))
+
+
 def test_the_text_form_applies_to_every_split_and_makes_its_own_cache(compose_cfg, toy_corpus: ToyCorpus,
                                                                       tmp_path: Path, monkeypatch) -> None:  # fmt: skip
     overrides = [*toy_corpus.overrides(), *_extra(tmp_path, "pairs"), "data.src_lang=fr"]

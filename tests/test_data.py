@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ToyCorpus
 
-from nmt.data.batches import IdColumn, PairData, shard, tokenize
+from nmt.data.batches import IdColumn, PairData, epoch_rows, shard, tokenize
 from nmt.data.corpora import pairs_from_files
 from nmt.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 
@@ -164,6 +164,15 @@ def test_shard_deals_whole_batches_round_robin() -> None:
 
 
 # --------------------------------------------------------------------------- filtering
+
+
+def test_epoch_rows_repeat_only_the_extra_pairs() -> None:
+    """The corpus's pairs are read once an epoch, the extra pairs (corpus rows >= first_extra)
+    ``repeat`` times; with a subset, the rows are the subset's positions."""
+    assert epoch_rows(np.arange(5), 3, 1).tolist() == [0, 1, 2, 3, 4]
+    assert epoch_rows(np.arange(5), 3, 3).tolist() == [0, 1, 2, 3, 4, 3, 4, 3, 4]
+    assert epoch_rows(np.array([0, 2, 4]), 3, 3).tolist() == [0, 1, 2, 2, 2]  # one extra pair kept, at position 2
+    assert epoch_rows(np.arange(3), 3, 4).tolist() == [0, 1, 2], "no extra pairs: nothing to repeat"
 
 
 def test_filtered_drops_empty_and_long_pairs() -> None:

@@ -94,6 +94,26 @@ def test_links_cover_the_corpus_pairs_then_the_extra_pairs(compose_cfg, toy_corp
     assert batch.guide is not None and batch.guide.sum() > 0
 
 
+def test_repeated_extra_pairs_share_their_links_and_subword_models(compose_cfg, toy_corpus: ToyCorpus,
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    """data.extra_train.repeat=3 reads the extra pairs three times an epoch; the links file keeps one
+    line a pair, each copy gets its pair's targets, and the subword models are those of repeat=1."""
+    extra = write_lines(tmp_path / "extra.pairs", ["ana bel ||| ZUP YEX", "cor ||| WOB"])
+    overrides = [*toy_corpus.overrides(), f"data.extra_train.pairs={extra}", "data.vocab.size=60", "data.vocab.joint=true"]
+    corpus_lines = [" ".join(f"{i}-{i}" for i in range(len(s.split()))) for s in toy_corpus.src_lines]
+    links = write_lines(tmp_path / "all.links", [*corpus_lines, "1-0", "0-0"])
+    once = prepare_data(compose_cfg(*overrides).data, links=str(links))
+    thrice = prepare_data(compose_cfg(*overrides, "data.extra_train.repeat=3").data, links=str(links))
+    assert len(thrice.train) == len(once.train) + 2 * 2
+    assert thrice.src_vocab.sp.serialized_model_proto() == once.src_vocab.sp.serialized_model_proto()
+    copies = np.flatnonzero(thrice.train.rows == thrice.train.rows[len(once.train) - 2])  # ana bel -> ZUP YEX
+    assert len(copies) == 3
+    first, *others = (thrice.train.collate(np.array([i])) for i in copies)
+    assert first.guide is not None and first.guide.sum() > 0
+    for batch in others:
+        assert torch.equal(batch.src, first.src) and torch.equal(batch.guide, first.guide)
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [

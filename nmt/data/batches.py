@@ -26,7 +26,7 @@ import sentencepiece as spm
 import torch
 from omegaconf import DictConfig
 
-from nmt.data.corpora import content_key, corpus_kind, load_corpus
+from nmt.data.corpora import content_key, corpus_kind, extra_train_size, load_corpus
 from nmt.data.guidance import GOLD, AlignmentGuide, check_gold, gold_links_of, read_links
 from nmt.data.subword_sampling import PairSampler, SubwordSampling, pair_sampler
 from nmt.data.subwords import VocabSettings, build_vocabs
@@ -366,10 +366,11 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
     cache = Path(data_cfg.cache_dir)
     train = corpus["train"].pairs
     train_links = _read_links(links, corpus["train"], data_cfg) if links else None
+    kept = np.arange(len(train))  # the corpus rows trained on
     if data_cfg.get("max_train_pairs"):
-        rows = subset_rows(len(train), int(data_cfg.max_train_pairs))
-        train = train.select(rows)
-        train_links = None if train_links is None else [train_links[r] for r in rows]
+        kept = subset_rows(len(train), int(data_cfg.max_train_pairs))
+        train = train.select(kept)
+        train_links = None if train_links is None else [train_links[r] for r in kept]
     settings = VocabSettings(**data_cfg.vocab)
     src_vocab, tgt_vocab = vocabs or build_vocabs(train, settings, cache / "spm")
     num_proc = int(data_cfg.get("num_proc") or 1)
@@ -387,7 +388,8 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
         log.info("subword regularisation of the training pairs: %s, alpha %g%s", _sampling_name(settings.type),
                  sampling.alpha, f", among the {sampling.nbest_size} best" if settings.type == "unigram" and
                  sampling.nbest_size > 0 else "")  # fmt: skip
-    train_data = PairData(ids, guide=guide, sampler=sampler).filtered(data_cfg.max_len)
+    rows = epoch_rows(kept, len(corpus["train"]) - extra_train_size(data_cfg), int(data_cfg.extra_train.get("repeat", 1)))
+    train_data = PairData(ids, rows=rows, guide=guide, sampler=sampler).filtered(data_cfg.max_len)
     evaluation = {}
     for role, split in corpus.items():
         if role != "train":
@@ -399,6 +401,23 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
         len(train_data), ", ".join(f"{r} {len(d[0])}" for r, d in evaluation.items()), len(src_vocab), len(tgt_vocab),
     )  # fmt: skip
     return Splits(src_vocab, tgt_vocab, train_data, evaluation)
+
+
+def epoch_rows(kept: np.ndarray, first_extra: int, repeat: int) -> np.ndarray:
+    """The dataset rows one training epoch reads: each row once, then the rows of the extra pairs
+    (``data.extra_train``) ``repeat - 1`` more times, so that a small corpus beside a large one
+    weighs ``repeat`` times as much. The copies are positions, not new rows: they share their
+    row's subword ids and word links.
+
+    :param kept: (N,) the corpus row of each dataset row (all rows, or ``data.max_train_pairs``'s subset).
+    :param first_extra: the corpus row of the first extra pair (the corpus's own pairs come before it).
+    :return: (N + (repeat - 1) x E,) dataset rows, E the extra pairs among ``kept``.
+    """
+    rows = np.arange(len(kept))
+    extra = rows[kept >= first_extra]
+    if repeat > 1 and len(extra):
+        log.info("data.extra_train.repeat=%d: the %d extra pairs are read %d times an epoch", repeat, len(extra), repeat)
+    return np.concatenate([rows, *[extra] * (repeat - 1)])
 
 
 def _sampling_name(model_type: str) -> str:

@@ -259,6 +259,13 @@ def extra_train_pairs(data_cfg) -> TextSplit | None:
     return None
 
 
+def extra_train_size(data_cfg) -> int:
+    """How many pairs ``data.extra_train`` adds to the training split (0: none); the last rows of
+    :func:`load_corpus`'s training split are theirs."""
+    extra = extra_train_pairs(data_cfg)
+    return 0 if extra is None else len(extra)
+
+
 def append_pairs(train: TextSplit, extra: TextSplit) -> TextSplit:
     """``train``'s pairs, then ``extra``'s: row ``len(train) + k`` is extra pair k."""
     first, second = train.pairs.select_columns(["src", "tgt"]), extra.pairs.select_columns(["src", "tgt"])

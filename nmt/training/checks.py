@@ -312,6 +312,10 @@ def _check_extra_train(cfg: DictConfig) -> None:
     for side, path in files.items():
         if path is not None:
             check_file(cfg, f"data.extra_train.{side}")
+    repeat = check_int(cfg, "data.extra_train.repeat", 1)
+    if repeat > 1 and files["pairs"] is None and files["src"] is None:
+        raise ConfigError(f"data.extra_train.repeat={repeat} without extra pairs: name them with "
+                          "data.extra_train.pairs=FILE (or src=FILE tgt=FILE), or leave repeat at 1")  # fmt: skip
 
 
 def _check_hf(cfg: DictConfig) -> None:
