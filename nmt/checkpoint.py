@@ -283,7 +283,6 @@ def direction(config: Mapping[str, Any]) -> str:
 # checkpoints' runs did (so that they resume and evaluate as before).
 ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1, "text_form": "as_is",
                    "extra_train": {"pairs": None, "pairs_langs": None, "src": None, "tgt": None, "repeat": 1}}  # fmt: skip
-ADDED_EXTRA_TRAIN_KEYS = {"repeat": 1}
 ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
 ADDED_TRAIN_KEYS = {"guided_alignment": {"path": None, "weight": 0.1, "decay": 1.0, "layer": None, "heads": None},
                     "init_from": None}  # fmt: skip
@@ -310,8 +309,8 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(data, dict) and isinstance(data.get("vocab"), dict):  # a training run's data (not a bare test's)
         for key, default in ADDED_DATA_KEYS.items():
             data.setdefault(key, copy.deepcopy(default))
-        if isinstance(data.get("extra_train"), dict):
-            for key, default in ADDED_EXTRA_TRAIN_KEYS.items():
+        if isinstance(data.get("extra_train"), dict):  # keys added to data.extra_train since (repeat)
+            for key, default in ADDED_DATA_KEYS["extra_train"].items():
                 data["extra_train"].setdefault(key, default)
         sampling = data.setdefault("subword_sampling", {})
         if isinstance(sampling, dict):

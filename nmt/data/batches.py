@@ -388,7 +388,8 @@ def prepare_data(data_cfg: DictConfig, vocabs: tuple[Vocab, Vocab] | None = None
         log.info("subword regularisation of the training pairs: %s, alpha %g%s", _sampling_name(settings.type),
                  sampling.alpha, f", among the {sampling.nbest_size} best" if settings.type == "unigram" and
                  sampling.nbest_size > 0 else "")  # fmt: skip
-    rows = epoch_rows(kept, len(corpus["train"]) - extra_train_size(data_cfg), int(data_cfg.extra_train.get("repeat", 1)))
+    repeat = int(data_cfg.extra_train.get("repeat", 1))
+    rows = epoch_rows(kept, len(corpus["train"]) - extra_train_size(data_cfg), repeat) if repeat > 1 else None
     train_data = PairData(ids, rows=rows, guide=guide, sampler=sampler).filtered(data_cfg.max_len)
     evaluation = {}
     for role, split in corpus.items():
