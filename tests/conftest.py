@@ -8,6 +8,7 @@ Tests never touch the network: ``urllib.request.urlopen`` is replaced for every 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import urllib.error
@@ -19,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import nmt.configs  # noqa: F401 (registers the schemas that configs/ names)
 from nmt.data.subwords import VocabSettings, train_sentencepiece
@@ -152,18 +154,37 @@ def compose_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
 
 
 @functools.cache
-def compose_model_cfg(attention: str, decoder: str, encoder: str = "bigru", extra: tuple[str, ...] = ()) -> DictConfig:
-    """The ``model`` node of a tiny model (sizes in ``TINY_MODEL``); cached, so never modify it."""
+def compose_tiny_cfg(attention: str, decoder: str, encoder: str = "bigru") -> DictConfig:
+    """The whole ``train`` config of a tiny model (sizes in ``TINY_MODEL``); cached, so never modify it."""
     tiny = TINY_MODEL
     if encoder == "transformer":  # a 2-layer, 2-head Transformer encoder in place of the bi-GRU
         tiny = [o for o in TINY_MODEL if not o.startswith("model.encoder.")]
-        tiny += ["model.encoder.d_model=32", "model.encoder.num_layers=2", "model.encoder.num_heads=2",
-                 "model.encoder.ff_dim=32"]  # output 32 = the decoder state, as luong_dot needs
+        tiny += [
+            "model.encoder.d_model=32",
+            "model.encoder.num_layers=2",
+            "model.encoder.num_heads=2",
+            "model.encoder.ff_dim=32",
+        ]  # output 32 = the decoder state, as luong_dot needs
     overrides = [f"model/encoder={encoder}", f"model/attention={attention}", *DECODERS[decoder], *tiny]
     if encoder == "gru":
         overrides.append("model.encoder.hidden_dim=32")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose("train", overrides=[*overrides, *extra]).model
+        return compose("train", overrides=overrides)
+
+
+@functools.cache
+def compose_model_cfg(attention: str, decoder: str, encoder: str = "bigru", extra: tuple[str, ...] = ()) -> DictConfig:
+    """The ``model`` node of a tiny model; cached, so never modify it.
+
+    ``extra`` holds ``key=value`` overrides of existing values (not of config groups), applied to a copy
+    of :func:`compose_tiny_cfg` rather than composed again (composing is the slow part of building a
+    tiny model); an override of a key the config lacks is an error, as it is for Hydra."""
+    config = copy.deepcopy(compose_tiny_cfg(attention, decoder, encoder))
+    for override in extra:
+        key, value = override.split("=", 1)
+        assert OmegaConf.select(config, key) is not None, f"{key} is not a key of the composed config"
+        OmegaConf.update(config, key, yaml.safe_load(value), merge=False)
+    return config.model
 
 
 def build_tiny_model(

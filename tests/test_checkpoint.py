@@ -220,6 +220,7 @@ def _with_model_key(payload: dict, dotted: str, value) -> dict:
     return {**payload, "config": config}
 
 
+@pytest.mark.slow
 def test_a_config_declaring_more_than_its_weights_is_refused_before_anything_is_allocated(
     trained_setup, tmp_path: Path
 ) -> None:

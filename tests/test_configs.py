@@ -339,6 +339,7 @@ def test_one_search_group_serves_training_translation_and_evaluation(compose_cfg
 # --------------------------------------------------------------------------- --help
 
 
+@pytest.mark.slow
 def test_translate_help_shows_its_own_options_only() -> None:
     """Before, ``--help`` listed training's config groups and the schema nodes of the typed ones."""
     proc = subprocess.run([sys.executable, "-m", "nmt.translate", "--help"], cwd=REPO_ROOT, capture_output=True,

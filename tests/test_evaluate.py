@@ -374,6 +374,7 @@ def test_cli_scores_hypothesis_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.txt", "eval", "noattn.txt", "tb", "test.ref", "test.src"]
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_input_without_traceback(tmp_path: Path) -> None:
     src = write(tmp_path / "s", ["a b", "c"])
     ref = write(tmp_path / "r", ["A B", "C"])

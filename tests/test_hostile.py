@@ -119,6 +119,7 @@ def test_the_issue_probe_writes_nothing_through_any_command(smoke_run, tmp_path:
     assert not pwned.exists()
 
 
+@pytest.mark.slow
 def test_loading_a_crafted_checkpoint_imports_nothing(smoke_run, tmp_path: Path) -> None:
     """A ``_target_`` naming a module of nmt that is not yet imported does not import it."""
     evil = tmp_path / "evil.pt"
@@ -525,6 +526,7 @@ def test_dev_stdin_and_a_process_substitution_are_read(smoke_run, tmp_path: Path
     assert (tmp_path / "b.txt").read_text().count("\n") == 3
 
 
+@pytest.mark.slow
 def test_a_folder_as_input_is_one_line(smoke_run, tmp_path: Path) -> None:
     _one_line_refusal(_translate(smoke_run, tmp_path, f"input={tmp_path}"), f"{tmp_path}: is a folder")
 

@@ -109,6 +109,7 @@ def test_bleu_by_length_figure_checks_shapes() -> None:
         bleu_by_length_figure(["a", "b"], [1], {"x": np.zeros((2, 3))})
 
 
+@pytest.mark.slow
 def test_importing_nmt_changes_no_process_wide_state(tmp_path: Path) -> None:
     """A notebook keeps its matplotlib backend when nmt is imported, and files nmt writes follow the
     umask of the moment they are written (not one read when nmt was imported)."""

@@ -583,6 +583,7 @@ def test_resume_with_a_changed_model_or_optimizer_is_refused_and_changes_nothing
     assert _folder_state(run) == before, "config.yaml, .hydra/, train.log and checkpoints are left as they were"
 
 
+@pytest.mark.slow
 def test_resume_applies_changed_training_settings_and_says_so(finished_run, corpus: ToyCorpus, tmp_path: Path) -> None:
     run, cache = finished_run
     copy = tmp_path / "run"

@@ -207,6 +207,7 @@ def test_runs_start_as_soon_as_any_finishes_and_a_failure_stops_the_rest(tmp_pat
     assert not log.exists()  # A was stopped, C never started
 
 
+@pytest.mark.slow
 def test_a_terminated_study_stops_its_trainings(tmp_path: Path) -> None:
     """``kill PID`` of the study reaches the trainings it started (in sessions of their own, so a
     terminal's Ctrl-C would not): each gets SIGTERM, on which nmt.train saves for resume."""

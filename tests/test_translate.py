@@ -272,6 +272,7 @@ def test_cli_errors_are_one_line_without_traceback(smoke_run: SmokeRun, tmp_path
     assert proc.stdout == b""
 
 
+@pytest.mark.slow
 def test_averaged_checkpoints_load_and_translate(smoke_run: SmokeRun, tmp_path: Path) -> None:
     steps = sorted((smoke_run.folder / "checkpoints").glob("step*.pt"))
     assert len(steps) >= 2
@@ -472,6 +473,7 @@ def test_an_empty_input_file_gives_an_empty_output(smoke_run: SmokeRun, tmp_path
     assert output.read_bytes() == b"" and f"{empty} is empty: the output is empty too" in proc.stderr.decode()
 
 
+@pytest.mark.slow
 def test_an_output_ending_in_a_slash_is_refused_not_written_as_a_file(smoke_run: SmokeRun, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text(smoke_run.test_src[0] + "\n", encoding="utf-8")

@@ -68,6 +68,7 @@ def test_empty_input_and_models_without_attention(smoke_run: SmokeRun, in_proces
         translator.plot_attention(blank)
 
 
+@pytest.mark.slow
 def test_the_python_api_and_translate_import_neither_datasets_nor_pyarrow() -> None:
     """``from nmt import Translator`` (and the translate command) load only torch and sentencepiece."""
     code = ("import sys\nfrom nmt import Translator\nTranslator.from_checkpoint\nimport nmt.translate\n"
