@@ -159,12 +159,8 @@ def compose_tiny_cfg(attention: str, decoder: str, encoder: str = "bigru") -> Di
     tiny = TINY_MODEL
     if encoder == "transformer":  # a 2-layer, 2-head Transformer encoder in place of the bi-GRU
         tiny = [o for o in TINY_MODEL if not o.startswith("model.encoder.")]
-        tiny += [
-            "model.encoder.d_model=32",
-            "model.encoder.num_layers=2",
-            "model.encoder.num_heads=2",
-            "model.encoder.ff_dim=32",
-        ]  # output 32 = the decoder state, as luong_dot needs
+        tiny += ["model.encoder.d_model=32", "model.encoder.num_layers=2", "model.encoder.num_heads=2",
+                 "model.encoder.ff_dim=32"]  # output 32 = the decoder state, as luong_dot needs
     overrides = [f"model/encoder={encoder}", f"model/attention={attention}", *DECODERS[decoder], *tiny]
     if encoder == "gru":
         overrides.append("model.encoder.hidden_dim=32")
@@ -182,7 +178,8 @@ def compose_model_cfg(attention: str, decoder: str, encoder: str = "bigru", extr
     config = copy.deepcopy(compose_tiny_cfg(attention, decoder, encoder))
     for override in extra:
         key, value = override.split("=", 1)
-        assert OmegaConf.select(config, key) is not None, f"{key} is not a key of the composed config"
+        absent = object()  # a key may hold None; only one the config lacks is refused
+        assert OmegaConf.select(config, key, default=absent) is not absent, f"{key} is not a key of the composed config"
         OmegaConf.update(config, key, yaml.safe_load(value), merge=False)
     return config.model
 
