@@ -15,6 +15,6 @@ A=runs/fair/lever/aer; mkdir -p $A
 python -m nmt.align ckpt=runs/fair/lever/en_fr_K$K/checkpoints/best.pt pairs=$H/en-fr.src-tgt threads=1 output=$A/en_fr_K$K.links > /dev/null 2>&1 &
 python -m nmt.align ckpt=runs/fair/lever/fr_en_K$K/checkpoints/best.pt pairs=runs/fair/fr-en.src-tgt threads=1 output=$A/fr_en_K$K.links > /dev/null 2>&1
 wait
-python runs/fair/agreement.py $A/en_fr_K$K.links runs/fair/links/en-fr.links > $A/agreement_K$K.txt
-python runs/fair/agreement.py $A/fr_en_K$K.links runs/fair/links/fr-en.links >> $A/agreement_K$K.txt
+python docs/lab/records/fair/agreement.py $A/en_fr_K$K.links runs/fair/links/en-fr.links > $A/agreement_K$K.txt
+python docs/lab/records/fair/agreement.py $A/fr_en_K$K.links runs/fair/links/fr-en.links >> $A/agreement_K$K.txt
 echo finished K=$K; date
