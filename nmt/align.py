@@ -9,7 +9,9 @@ the sources are first translated with the checkpoint's decoding, and each line i
 ``translation ||| links`` (as Marian and fairseq append alignments). With ``reverse_ckpt`` (a
 target->source model: its languages are ``ckpt``'s, swapped) the two directions' links are
 combined (``symmetrize``). With ``align.eos_unaligned`` a target word that attends to the source
-``</s>`` more than to any source word gets no link. A checkpoint trained on text in another form
+``</s>`` more than to any source word gets no link; with ``align.full_context`` a Transformer's
+attention is read from a pass that sees the whole target (for models trained with
+``train.guided_alignment.full_context``). A checkpoint trained on text in another form
 (``data.text_form``, e.g. lower-cased and tokenized) reads the sentences in that form, and the
 links count the words of that form. With ``gold`` the alignment error rate,
 precision and recall of every extraction method are reported, each with and without
@@ -111,12 +113,12 @@ def align(cfg: DictConfig) -> dict:
     log.info("loaded %s (precision %s) on %s", cfg.ckpt, cfg.precision, device)
     if not model.has_alignment:
         raise ConfigError(f"ckpt={cfg.ckpt}: this model has no attention (model.attention=none); nothing to align")
-    choose_attention(model, cfg.align.layer, cfg.align.heads)
+    choose_attention(model, cfg.align.layer, cfg.align.heads, cfg.align.full_context)
     if cfg.reverse_ckpt is not None:
         reverse, rev_src, rev_tgt, rev_config = load_system(cfg.reverse_ckpt, device, cfg.ensemble_rule, cfg.precision)
         log.info("loaded %s (precision %s) on %s", cfg.reverse_ckpt, cfg.precision, device)
         check_reverse(cfg, config, rev_config)
-        choose_attention(reverse, cfg.align.layer, cfg.align.heads)
+        choose_attention(reverse, cfg.align.layer, cfg.align.heads, cfg.align.full_context)
     sources, targets = sentences_in_form(config.data, sources, targets, keep_words=gold is not None)
     translated = targets is None
     if translated:
@@ -229,6 +231,7 @@ def _report(cfg: DictConfig, methods: dict[str, list[set[Link]]], gold: list, so
         log.info("%-30s %6.1f %9.1f %6.1f %7d", name, 100 * s["aer"], 100 * s["precision"], 100 * s["recall"], s["links"])
     report = {"ckpt": str(cfg.ckpt), "reverse_ckpt": cfg.reverse_ckpt, "gold": str(cfg.gold), "pairs": len(sources),
               "method": cfg.method, "threshold": cfg.threshold, "eos_unaligned": cfg.align.eos_unaligned,
+              "full_context": cfg.align.full_context,
               "scores": scores}  # fmt: skip
     if cfg.report is not None:
         write_output_text(cfg.report, json.dumps(report, indent=2) + "\n")

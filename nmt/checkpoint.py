@@ -284,7 +284,8 @@ def direction(config: Mapping[str, Any]) -> str:
 ADDED_DATA_KEYS = {"max_train_pairs": None, "num_proc": 1, "text_form": "as_is",
                    "extra_train": {"pairs": None, "pairs_langs": None, "src": None, "tgt": None, "repeat": 1}}  # fmt: skip
 ADDED_VOCAB_KEYS = {"sample_size": 2_000_000}
-ADDED_TRAIN_KEYS = {"guided_alignment": {"path": None, "weight": 0.1, "decay": 1.0, "layer": None, "heads": None},
+ADDED_TRAIN_KEYS = {"guided_alignment": {"path": None, "weight": 0.1, "decay": 1.0, "layer": None, "heads": None,
+                                         "full_context": False},
                     "init_from": None}  # fmt: skip
 ADDED_SAMPLING_KEYS = {"alpha": 0.0, "nbest_size": -1, "max_growth": 1.5}  # data.subword_sampling: off
 MOVED_TARGETS = {"nmt.schedule.WarmupInverseSqrt": "nmt.training.schedule.WarmupInverseSqrt"}
@@ -320,6 +321,9 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(train, dict) and "optimizer" in train:  # a training config (not a bare test's)
         for key, default in ADDED_TRAIN_KEYS.items():
             train.setdefault(key, copy.deepcopy(default))
+        if isinstance(train["guided_alignment"], dict):  # keys added to train.guided_alignment since (full_context)
+            for key, default in ADDED_TRAIN_KEYS["guided_alignment"].items():
+                train["guided_alignment"].setdefault(key, default)
     return config
 
 

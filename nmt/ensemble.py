@@ -84,12 +84,29 @@ class Ensemble(nn.Module):
     def num_parameters(self) -> int:
         return sum(m.num_parameters() for m in self.members)
 
-    def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
-        """The same choice of cross-attention layer and heads for every Transformer member (an RNN
-        member keeps its one attention)."""
+    def set_alignment(self, layer: int | None, heads: list[int] | None, full_context: bool = False) -> None:
+        """The same choice of cross-attention layer, heads and context for every Transformer member
+        (an RNN member keeps its one attention, which sees only the earlier words).
+
+        :raise ValueError: a choice that no member can make (a choice is made for every RNN member).
+        """
+        if (layer is not None or heads is not None or full_context) and not any(
+            isinstance(m.decoder, TransformerDecoder) for m in self.members
+        ):
+            self.members[0].set_alignment(layer, heads, full_context)  # raises, naming the keys
         for member in self.members:
-            if isinstance(member.decoder, TransformerDecoder) or (layer is None and heads is None):
-                member.set_alignment(layer, heads)
+            if isinstance(member.decoder, TransformerDecoder) or (layer is None and heads is None and not full_context):
+                member.set_alignment(layer, heads, full_context)
+
+    @property
+    def full_context(self) -> bool:
+        """Whether a Transformer member reads its attention with the whole target visible."""
+        return any(m.full_context for m in self.members)
+
+    def teacher_forced_attention(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
+        """The members' teacher-forced attention (each as :meth:`nmt.model.Seq2Seq.teacher_forced_attention`),
+        averaged: (B, T) -> (B, T, S)."""
+        return torch.stack([m.teacher_forced_attention(src, src_lens, tgt_in).float() for m in self.members]).mean(0)
 
     def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EnsembleMemory, DecoderState]:
         """:param src: (B, S) long. :param src_lens: (B,) long (CPU).

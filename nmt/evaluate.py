@@ -328,15 +328,16 @@ def evaluate(cfg: DictConfig) -> dict:
             model, src_vocab, tgt_vocab, _ = system_from_payloads(members[name], read[name], device, cfg.ensemble_rule,
                                                                    cfg.precision)
             layers = model.cross_attention_layers if isinstance(model, Seq2Seq) else 1  # per layer: single models
-            if isinstance(model, Ensemble) or layers > 1:  # an RNN system keeps its one attention
-                choose_attention(model, cfg.alignments.layer, cfg.alignments.heads)
+            full_context = cfg.alignments.full_context
+            if isinstance(model, Ensemble) or layers > 1 or full_context:  # an RNN system keeps its one attention
+                choose_attention(model, cfg.alignments.layer, cfg.alignments.heads, full_context)
             decoded[name] = decode_sources(model, src_vocab, tgt_vocab, text.src, settings, cfg.batch_size, device)
             shown[name] = describe_attention(attention_shown(model))  # the layer and heads the maps show
             if gold is not None and model.has_alignment:  # the reference force-decoded, its attention as links
                 extraction_links[name] = links_by_extraction(model, src_vocab, tgt_vocab, text, cfg, device)
                 links[name] = extraction_links[name][extraction_name(cfg.alignments.shift, cfg.alignments.eos_unaligned)]
                 for layer in range(layers if layers > 1 else 0):  # each Transformer layer, all heads
-                    choose_attention(model, layer, None)
+                    choose_attention(model, layer, None, full_context)
                     layer_links.setdefault(name, []).append(reference_links(model, src_vocab, tgt_vocab, text, cfg, device))
         except (CheckpointError, KeyError, TypeError) as e:
             raise CheckpointError(f"{checkpoints[name]}: {e if isinstance(e, CheckpointError) else repr(e)}") from None
@@ -363,6 +364,7 @@ def evaluate(cfg: DictConfig) -> dict:
                                     "threshold": cfg.alignments.threshold,
                                     DIAGONAL: alignment_scores(diagonal, gold, bin_ids, report)}  # fmt: skip
         report["word_alignment"].update(shift=cfg.alignments.shift, eos_unaligned=cfg.alignments.eos_unaligned,
+                                        full_context=cfg.alignments.full_context,
                                         layer=cfg.alignments.layer, heads=cfg.alignments.heads)  # fmt: skip
         for name, system_links in links.items():
             report["systems"][name]["word_alignment"] = alignment_scores(system_links, gold, bin_ids, report)

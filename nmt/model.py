@@ -134,23 +134,43 @@ class Seq2Seq(nn.Module):
         return loss, nll, weights
 
     @property
+    def full_context(self) -> bool:
+        """Whether force-decoding reads the attention from a pass that sees the whole target
+        (:meth:`set_alignment`)."""
+        return isinstance(self.decoder, tf.TransformerDecoder) and self.decoder.align_full_context
+
+    @torch.no_grad()
+    def teacher_forced_attention(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
+        """The attention that aligns, of a teacher-forced pass (with the full target context if
+        chosen): (B, T) -> (B, T, S). :param tgt_in: (B, T) long, BOS + target, PAD after."""
+        memory, state = self.encode(src, src_lens)
+        _, weights = self.decoder(tgt_in, memory, state)  # (B, T, O), (B, T, S)
+        return weights
+
+    @property
     def cross_attention_layers(self) -> int:
         """How many attentions over the source the decoder has: L for a Transformer, 1 for an RNN."""
         return self.decoder.num_layers if isinstance(self.decoder, tf.TransformerDecoder) else 1
 
-    def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
+    def set_alignment(self, layer: int | None, heads: list[int] | None, full_context: bool = False) -> None:
         """Choose the cross-attention layer and heads that a Transformer decoder shows as its
-        attention (:meth:`nmt.transformer.TransformerDecoder.set_alignment`); None, None keeps the
-        default. An RNN decoder has one attention: it takes only None, None.
+        attention, and whether teacher-forced passes read it with the full target context
+        (:meth:`nmt.transformer.TransformerDecoder.set_alignment`); None, None, False keeps the
+        default. An RNN decoder has one attention, which sees only the words before: it takes only
+        None, None, False.
 
         :raise ValueError: a layer or head that does not exist, or a choice for an RNN decoder.
         """
         if isinstance(self.decoder, tf.TransformerDecoder):
-            self.decoder.set_alignment(layer, heads)
+            self.decoder.set_alignment(layer, heads, full_context)
         elif layer is not None or heads is not None:
             raise ValueError(f"align.layer and align.heads choose among a Transformer decoder's cross-attention "
                              f"layers and heads; this model's decoder is {type(self.decoder).__name__}, with one "
                              "attention")  # fmt: skip
+        elif full_context:
+            raise ValueError(f"align.full_context reads a Transformer decoder's cross-attention with the whole target "
+                             f"visible; this model's decoder is {type(self.decoder).__name__}, whose state at a word "
+                             "has seen only the words before it")  # fmt: skip
 
     @torch.no_grad()
     def attention_maps(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:

@@ -52,6 +52,11 @@ class Decodable(Protocol):
 
     def decode_step(self, prev: Tensor, memory: Any, state: DecoderState) -> tuple[Tensor, DecoderState, Tensor]: ...
 
+    @property
+    def full_context(self) -> bool: ...
+
+    def teacher_forced_attention(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor: ...
+
     def eval(self) -> Any: ...
 BATCH_UNITS = ("sentences", "tokens")
 
@@ -354,6 +359,10 @@ def force_decode(
     model gave it, step by step through the same ``decode_step`` and normalisation as search, so
     the score of a search output is the score search reported for it (greedy: the plain sum).
 
+    With ``return_attention`` and a model that reads its attention with the full target context
+    (:meth:`nmt.model.Seq2Seq.set_alignment`), the attention comes from one teacher-forced pass in
+    which every position sees the whole target (its EOS excepted: no training input holds one).
+
     :param src: (B, S) long. :param src_lens: (B,) long. :param targets: B lists of target ids,
         without EOS (it is scored last). :return: one :class:`Scored` per sentence.
     """
@@ -375,6 +384,9 @@ def force_decode(
         if attention is not None:
             attention[:, t] = weights.float()
         prev = gold[:, t]  # PAD after a row's EOS: its later steps are not read
+    if attention is not None and model.full_context:  # the attention of a pass that sees the whole target
+        tgt_in = torch.cat([torch.full_like(gold[:, :1], BOS_ID), gold[:, :-1]], dim=1)  # (B, T): BOS + target
+        attention = model.teacher_forced_attention(src, src_lens, tgt_in.masked_fill(tgt_in == EOS_ID, PAD_ID)).float()
     log_probs_cpu = log_probs.cpu()
     return [Scored(log_probs_cpu[row, : lengths[row]].clone(),
                    attention[row, : lengths[row], : int(src_lens[row])].cpu() if attention is not None else None)

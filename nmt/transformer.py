@@ -285,7 +285,7 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self, x: Tensor, memory_keys: Tensor, memory_values: Tensor, src_mask: Tensor,
-        cache: tuple[Tensor, Tensor] | None, need_weights: bool,
+        cache: tuple[Tensor, Tensor] | None, need_weights: bool, tgt_mask: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:  # fmt: skip
         """One layer over the whole target (``cache`` None) or over the newest position only.
 
@@ -294,6 +294,8 @@ class DecoderLayer(nn.Module):
         :param src_mask: (B, 1, 1, S) bool, True at real source tokens.
         :param cache: the self-attention keys and values of the earlier positions, each (B, h, t, d_k).
         :param need_weights: return the cross-attention weights.
+        :param tgt_mask: (B, 1, 1, T) bool, True at real target tokens: the whole target is visible
+            to every position (no causal mask; full context, for alignment only). None: causal.
         :return: (B, T, D), the keys and values of all positions so far, cross weights (B, h, T, S) or None.
         """
         h = self.self_residual.input(x)
@@ -302,8 +304,10 @@ class DecoderLayer(nn.Module):
             keys = torch.cat([cache[0], keys], dim=2)  # (B, h, t, d_k) + (B, h, 1, d_k) -> (B, h, t+1, d_k)
             values = torch.cat([cache[1], values], dim=2)
         # in training every position attends to itself and the earlier ones (causal); one new
-        # position with a cache may see every cached key, which are all earlier
-        attended, _ = self.self_attention(h, keys, values, None, causal=cache is None, need_weights=False)
+        # position with a cache may see every cached key, which are all earlier; with a target
+        # mask, every position sees every real target token (full context)
+        causal = cache is None and tgt_mask is None
+        attended, _ = self.self_attention(h, keys, values, tgt_mask, causal=causal, need_weights=False)
         x = self.self_residual.output(x, attended)
         h = self.cross_residual.input(x)
         attended, weights = self.cross_attention(h, memory_keys, memory_values, src_mask, False, need_weights)
@@ -318,7 +322,11 @@ class TransformerDecoder(nn.Module):
 
     Which layer aligns best is an empirical question; Garg et al. (2019) found the penultimate
     layer's heads, averaged, the most alignment-like, so that is the default (the only layer when
-    L = 1). :meth:`set_alignment` chooses another layer or a subset of heads.
+    L = 1). :meth:`set_alignment` chooses another layer or a subset of heads, and whether a
+    teacher-forced pass reads that attention with the full target context: a second pass without
+    the causal mask, in which the query of the position that emits y_t has already seen y_t and
+    the words after it (Garg et al. 2019, section 4.3). The translation's own features always come
+    from the causal pass; a decoding step, which cannot see later words, keeps the causal attention.
 
     :param vocab_size: target vocabulary size. :param pad_id: padding id.
     :param attention: L cross-attention modules, one per layer (built from ``model.attention``).
@@ -367,20 +375,21 @@ class TransformerDecoder(nn.Module):
         _init_linear(self.output)
         if tie_embeddings:
             self.output.weight = self.embedding.weight
-        self.align_layer, self.align_heads = max(num_layers - 2, 0), None
-        self.cross_heads = attention[0].num_heads
+        self.align_layer, self.align_heads, self.align_full_context = max(num_layers - 2, 0), None, False
+        self.cross_heads, self.pad_id = attention[0].num_heads, pad_id
 
     @property
     def embedding(self) -> nn.Embedding:
         """The target token embeddings."""
         return self.embedder.embedding
 
-    def set_alignment(self, layer: int | None, heads: list[int] | None) -> None:
+    def set_alignment(self, layer: int | None, heads: list[int] | None, full_context: bool = False) -> None:
         """Choose the cross-attention that steps and teacher-forced passes return as the attention.
 
         :param layer: 0-based layer index, negative from the top (-1 = the last); None = the
             default (the penultimate layer).
         :param heads: 0-based head indices to average; None = all heads.
+        :param full_context: teacher-forced passes read it from a pass that sees the whole target.
         :raise ValueError: a layer or head that does not exist.
         """
         layers = self.num_layers
@@ -393,6 +402,7 @@ class TransformerDecoder(nn.Module):
             if not heads or any(not 0 <= h < count for h in heads):
                 raise ValueError(f"align.heads={list(heads)}: choose among the {count} heads, 0 to {count - 1}")
         self.align_layer, self.align_heads = layer % layers, None if heads is None else tuple(heads)
+        self.align_full_context = full_context
 
     def _alignment(self, weights: Tensor) -> Tensor:
         """The chosen heads' average: (B, h, T, S) -> (B, T, S)."""
@@ -413,21 +423,26 @@ class TransformerDecoder(nn.Module):
         return (empty,) * (2 * self.num_layers)
 
     def _run(
-        self, tgt_in: Tensor, memory: TransformerMemory, state: DecoderState | None, weights_of: set[int]
-    ) -> tuple[Tensor, DecoderState, list[Tensor | None]]:
+        self, tgt_in: Tensor, memory: TransformerMemory, state: DecoderState | None, weights_of: set[int],
+        full_context: bool = False,
+    ) -> tuple[Tensor, DecoderState, list[Tensor | None]]:  # fmt: skip
         """The stack over ``tgt_in`` (B, T) at positions t.. (t = the cached length, 0 without a cache).
 
+        :param full_context: no causal mask, every position sees the whole target (without a
+            cache); the stack stops after the last layer in ``weights_of``, its features unused.
         :return: features (B, T, D), the new caches, per layer its cross weights (B, h, T, S) if asked.
         """
         start = 0 if state is None else state[0].size(2)
         x = self.embedder(tgt_in, start)  # (B, T) -> (B, T, D)
         src_mask = memory.mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+        tgt_mask = (tgt_in != self.pad_id)[:, None, None, :] if full_context else None  # (B, 1, 1, T)
+        layers = self.layers[: max(weights_of) + 1] if full_context else self.layers
         new_state: list[Tensor] = []
         all_weights: list[Tensor | None] = []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(layers):
             cache = None if state is None else (state[2 * i], state[2 * i + 1])
             x, (keys, values), weights = layer(
-                x, memory.keys[:, i], memory.values[:, i], src_mask, cache, need_weights=i in weights_of
+                x, memory.keys[:, i], memory.values[:, i], src_mask, cache, i in weights_of, tgt_mask
             )
             new_state += [keys, values]
             all_weights.append(weights)
@@ -445,14 +460,25 @@ class TransformerDecoder(nn.Module):
         """Teacher-forced: every position at once, under the causal mask.
 
         :param tgt_in: (B, T) long, BOS + target. :param state: unused (every position is computed).
-        :return: features (B, T, D) and the chosen attention (B, T, S), or None without ``need_weights``.
+        :return: features (B, T, D) and the chosen attention (B, T, S), or None without ``need_weights``;
+            with full context chosen (:meth:`set_alignment`), the attention of a second pass.
         """
+        if need_weights and self.align_full_context:
+            features, _, _ = self._run(tgt_in, memory, None, set())
+            return features, self.full_context_attention(tgt_in, memory)
         features, _, weights = self._run(tgt_in, memory, None, {self.align_layer} if need_weights else set())
         return features, self._alignment(weights[self.align_layer]) if need_weights else None
 
+    def full_context_attention(self, tgt_in: Tensor, memory: TransformerMemory) -> Tensor:
+        """The chosen attention with the whole target visible: (B, T) -> (B, T, S), row t that of
+        the position whose output is target token t (input: token t - 1), having seen every token."""
+        _, _, weights = self._run(tgt_in, memory, None, {self.align_layer}, full_context=True)
+        return self._alignment(weights[self.align_layer])
+
     def attention_maps(self, tgt_in: Tensor, memory: TransformerMemory) -> Tensor:
-        """Every layer's and head's cross-attention, teacher-forced: (B, T) -> (B, L, h, T, S)."""
-        _, _, weights = self._run(tgt_in, memory, None, set(range(self.num_layers)))
+        """Every layer's and head's cross-attention, teacher-forced (with full context if chosen):
+        (B, T) -> (B, L, h, T, S)."""
+        _, _, weights = self._run(tgt_in, memory, None, set(range(self.num_layers)), self.align_full_context)
         return torch.stack(weights, dim=1)  # L x (B, h, T, S) -> (B, L, h, T, S)
 
     def logits(self, features: Tensor) -> Tensor:

@@ -137,11 +137,12 @@ def test_the_report_scores_each_method_with_and_without_eos_unaligned(tmp_path: 
     assert list(extract_links(forward, None, "argmax", 0.0, (True,))) == ["forward" + EOS_UNALIGNED]
     gold = [GoldAlignment({(0, 0)}, {(0, 0)}), GoldAlignment({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
     settings = {"ckpt": "a.pt", "reverse_ckpt": "b.pt", "gold": "gold.txt", "method": "argmax", "threshold": 0.0}
-    cfg = OmegaConf.create({**settings, "align": {"eos_unaligned": True}, "report": str(tmp_path / "r.json")})
+    cfg = OmegaConf.create({**settings, "align": {"eos_unaligned": True, "full_context": False}, "report": str(tmp_path / "r.json")})
     with caplog.at_level("INFO", logger="nmt.align"):
         report = _report(cfg, methods, gold, ["a b", "c d"], ["w x", "y z"])
     assert report == json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
-    assert report["eos_unaligned"] is True and list(report["scores"]) == [*methods, "diagonal"]
+    assert report["eos_unaligned"] is True and report["full_context"] is False
+    assert list(report["scores"]) == [*methods, "diagonal"]
     assert report["scores"]["forward"]["precision"] == 0.75 and report["scores"]["forward" + EOS_UNALIGNED]["aer"] == 0.0
     table = [record.getMessage().split()[0] for record in caplog.records]
     assert table == ["method", *methods, "diagonal"]  # both variants printed, one row each
@@ -153,6 +154,7 @@ def test_the_report_scores_each_method_with_and_without_eos_unaligned(tmp_path: 
     (["src={src}", "method=max"], "method='max': choose one of argmax, threshold"),
     (["src={src}", "report={tmp}/r.json"], "report needs gold links"),
     (["src={src}", "tgt={src}", "gold={bad}"], r"bad.txt, line 1: 'a' is not a link"),
+    (["src={src}", "tgt={src}", "align.full_context=true"], "align.full_context reads a Transformer decoder's"),
 ])  # fmt: skip
 @pytest.mark.slow
 def test_bad_input_is_one_line(smoke_run: SmokeRun, pair_files, tmp_path: Path, extra: list[str], message: str) -> None:

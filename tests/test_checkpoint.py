@@ -328,6 +328,9 @@ def test_a_checkpoint_from_before_extra_pairs_and_text_forms_resumes_unchanged(c
     without_repeat = OmegaConf.to_container(cfg, resolve=True)
     del without_repeat["data"]["extra_train"]["repeat"]
     assert upgrade_config(without_repeat)["data"]["extra_train"]["repeat"] == 1, "extra pairs were read once an epoch"
+    causal = OmegaConf.to_container(cfg, resolve=True)
+    del causal["train"]["guided_alignment"]["full_context"]
+    assert upgrade_config(causal)["train"]["guided_alignment"]["full_context"] is False, "guidance was causal"
     again = upgrade_config(OmegaConf.to_container(cfg, resolve=True) | {"data": {"vocab": {}}})
     again["data"]["extra_train"]["pairs"] = "x"
     assert upgrade_config({"data": {"vocab": {}}})["data"]["extra_train"]["pairs"] is None, "the defaults are not shared"

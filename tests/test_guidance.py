@@ -135,25 +135,31 @@ def test_an_empty_line_means_a_pair_without_links(tmp_path: Path) -> None:
     assert links[0].tolist() == [[1, 0], [0, 1]] and links[1].shape == (0, 2)
 
 
-def _synthetic_aer(run: SmokeRun) -> float:
-    """AER of the run's attention (argmax links of the force-decoded references) on its synthetic test split."""
+def _synthetic_aer(run: SmokeRun, full_context: bool = False) -> float:
+    """AER of the run's attention (argmax links of the force-decoded references) on its synthetic
+    test split; with ``full_context``, read from the pass that sees the whole target."""
     model, src_vocab, tgt_vocab, _ = model_from_checkpoint(load_checkpoint(run.checkpoint))
+    model.set_alignment(None, None, full_context)
     weights = word_attention(model, src_vocab, tgt_vocab, run.test_src, run.test_tgt, 64, torch.device("cpu"))
     gold = [GoldAlignment(gold_links(s), gold_links(s)) for s in run.test_src]
     return alignment_error_rate([hard_links(w) for w in weights], gold)["aer"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("experiment", "epochs"), [("smoke", 3), ("smoke_transformer", 6)])
-def test_guided_training_towards_the_gold_links_aligns_better(tmp_path: Path, experiment: str, epochs: int) -> None:
+@pytest.mark.parametrize(("experiment", "epochs", "full_context"),
+                         [("smoke", 3, False), ("smoke_transformer", 6, False), ("smoke_transformer", 6, True)])  # fmt: skip
+def test_guided_training_towards_the_gold_links_aligns_better(tmp_path: Path, experiment: str, epochs: int,
+                                                             full_context: bool) -> None:  # fmt: skip
     """The same run, seed and budget, with and without guidance towards the synthetic corpus's own
     links: guidance lowers the attention's AER well below the unguided run's, for an RNN and a
-    Transformer (whose guided layer, the penultimate, is the one word_attention reads)."""
+    Transformer (whose guided layer, the penultimate, is the one word_attention reads), and for a
+    Transformer guided and read with the full target context."""
     budget = [f"train.max_epochs={epochs}", "train.num_heatmaps=0", "train.keep_checkpoints=0"]
     plain = train_smoke_run(tmp_path / "plain", *budget, experiment=experiment)
     guided = train_smoke_run(tmp_path / "guided", *budget, "train.guided_alignment.path=gold",
-                             "train.guided_alignment.weight=1.0", experiment=experiment)  # fmt: skip
-    before, after = _synthetic_aer(plain), _synthetic_aer(guided)
+                             "train.guided_alignment.weight=1.0", f"train.guided_alignment.full_context={full_context}",
+                             experiment=experiment)  # fmt: skip
+    before, after = _synthetic_aer(plain), _synthetic_aer(guided, full_context)
     assert after < 0.25 and after < before - 0.15, (before, after)
     log = (guided.folder / "train.log").read_text()
     assert ", alignment " in log and ", alignment " not in (plain.folder / "train.log").read_text()
@@ -167,6 +173,7 @@ def test_guided_training_towards_the_gold_links_aligns_better(tmp_path: Path, ex
         ("smoke", "train.guided_alignment.layer=0", "train.guided_alignment.layer and train.guided_alignment.heads choose"),
         ("smoke_transformer", "train.guided_alignment.layer=2", "train.guided_alignment.layer=2: the decoder has 2 layers"),
         ("smoke_transformer", "train.guided_alignment.heads=[4]", "train.guided_alignment.heads=[4]: choose among the 4"),
+        ("smoke", "train.guided_alignment.full_context=true", "train.guided_alignment.full_context reads a Transformer"),
     ],
 )  # fmt: skip
 def test_a_guidance_the_model_cannot_take_is_refused_naming_the_key(compose_cfg, experiment, override, message) -> None:

@@ -18,7 +18,7 @@ from nmt.errors import ConfigError
 from nmt.model import Seq2Seq, build_model
 from nmt.positions import sinusoids
 from nmt.quantization import quantize
-from nmt.search import beam_search, greedy_search
+from nmt.search import beam_search, force_decode, greedy_search
 from nmt.tokens import PAD_ID
 from nmt.transformer import MultiHeadAttention, TransformerDecoder
 
@@ -204,6 +204,53 @@ def test_the_alignment_layer_and_heads_are_chosen_and_checked() -> None:
     for layer, heads in ((3, None), (-4, None), (0, [2]), (0, [])):
         with pytest.raises(ValueError, match="align"):
             decoder.set_alignment(layer, heads)
+
+
+def test_full_context_attention_sees_the_later_words_and_not_the_padding() -> None:
+    model = tiny("transformer")
+    src, src_lens, tgt_in = random_batch(LENGTHS, TGT_LEN, seed=9)
+    later = tgt_in.clone()
+    later[:, 4:] = (later[:, 4:] + 1 - 4) % (TGT_VOCAB_SIZE - 4) + 4  # other words after position 3
+    with torch.no_grad():
+        causal = [model(src, src_lens, t)[1] for t in (tgt_in, later)]  # 2 x (B, T, S)
+        model.set_alignment(None, None, full_context=True)
+        full = [model(src, src_lens, t)[1] for t in (tgt_in, later)]
+        padded = torch.cat([tgt_in, torch.full((len(LENGTHS), 3), PAD_ID)], dim=1)  # (B, T + 3)
+        full_padded = model(src, src_lens, padded)[1]
+        logits_causal = model(src, src_lens, tgt_in)[0]
+    torch.testing.assert_close(causal[0][:, :4], causal[1][:, :4])  # causal: rows 0-3 never see 4-5
+    assert not torch.allclose(full[0][:, :4], full[1][:, :4], atol=1e-4)  # full context: they do
+    torch.testing.assert_close(full_padded[:, :TGT_LEN], full[0])  # target padding gets zero weight
+    torch.testing.assert_close(full[0].sum(-1), torch.ones(len(LENGTHS), TGT_LEN))
+    model.set_alignment(None, None)
+    with torch.no_grad():
+        torch.testing.assert_close(logits_causal, model(src, src_lens, tgt_in)[0])  # the translation stays causal
+        maps = model.attention_maps(src, src_lens, tgt_in)  # (B, L, h, T, S), causal again
+    torch.testing.assert_close(maps[:, 1].mean(1), causal[0])
+
+
+def test_force_decoding_with_full_context_reads_each_pair_as_if_alone() -> None:
+    model = tiny("transformer")
+    model.set_alignment(None, None, full_context=True)
+    src, src_lens, _ = random_batch(LENGTHS, TGT_LEN, seed=10)
+    targets = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]  # other lengths: EOS and PAD follow the short ones
+    together = force_decode(model, src, src_lens, targets, return_attention=True)
+    for row, target in enumerate(targets):
+        alone = force_decode(model, src[row : row + 1, : LENGTHS[row]], src_lens[row : row + 1], [target], True)[0]
+        assert together[row].attention.shape == (len(target) + 1, LENGTHS[row])
+        torch.testing.assert_close(together[row].attention, alone.attention)
+        torch.testing.assert_close(together[row].log_probs, alone.log_probs)
+    tgt_in = torch.tensor([[2, *targets[0]]])  # BOS + target: the teacher-forced full-context pass
+    expected = model.teacher_forced_attention(src[:1, : LENGTHS[0]], src_lens[:1], tgt_in)[0]
+    torch.testing.assert_close(together[0].attention, expected)
+
+
+def test_full_context_is_refused_for_an_rnn_decoder() -> None:
+    model = tiny("transformer_encoder+luong")
+    with pytest.raises(ValueError, match="align.full_context"):
+        model.set_alignment(None, None, full_context=True)
+    with pytest.raises(ValueError, match="align.full_context"):
+        Ensemble([model, tiny("transformer_encoder+luong", seed=1)]).set_alignment(None, None, full_context=True)
 
 
 # --------------------------------------------------------------------------- int8, ensembles

@@ -74,12 +74,13 @@ def test_an_rnn_and_a_transformer_translate_as_one_ensemble(transformer_run: Smo
     assert len(output.read_text().splitlines()) == 10
 
 
-def test_links_come_from_the_chosen_layer_and_the_shift(transformer_run: SmokeRun, tmp_path: Path) -> None:
+def test_links_come_from_the_chosen_layer_the_shift_and_the_context(transformer_run: SmokeRun, tmp_path: Path) -> None:
     pairs = [f"{s} ||| {t}" for s, t in zip(transformer_run.test_src[:8], transformer_run.test_tgt[:8])]
     source = write_lines(tmp_path / "pairs.txt", pairs)
     outputs = {}
     choices = {"default": {}, "layer0": {"align.layer": 0}, "last": {"align.layer": -1},
-               "head": {"align.layer": 0, "align.heads": "[1]"}, "shift": {"align.shift": "true"}}  # fmt: skip
+               "head": {"align.layer": 0, "align.heads": "[1]"}, "shift": {"align.shift": "true"},
+               "full_context": {"align.full_context": "true"}}  # fmt: skip
     for name, extra in choices.items():
         out = tmp_path / f"{name}.align"
         with process_restored():
@@ -87,6 +88,7 @@ def test_links_come_from_the_chosen_layer_and_the_shift(transformer_run: SmokeRu
         outputs[name] = out.read_text().splitlines()
         assert len(outputs[name]) == 8
     assert outputs["default"] == outputs["layer0"]  # two layers: the penultimate is layer 0
+    assert outputs["full_context"] != outputs["default"], "the pass that sees the whole target attends otherwise"
     assert len({tuple(v) for v in outputs.values()}) > 1, "the choices give other links"
     with pytest.raises(ConfigError, match="align.layer=2"), process_restored():
         align(command_cfg("align", ckpt=transformer_run.checkpoint, pairs=source, output=tmp_path / "x",

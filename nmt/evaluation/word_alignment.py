@@ -7,7 +7,8 @@ original, whitespace-tokenized sentences. The steps:
    offsets into the text, so any normalisation is accounted for).
    Which attention: an RNN decoder has one; a Transformer decoder has one per layer and head, and
    shows the chosen layer's chosen heads, averaged (:func:`choose_attention`; by default the
-   penultimate layer and all heads). With ``shift`` a target subword's row is the attention of the
+   penultimate layer and all heads; with ``full_context``, read from a second pass that sees the
+   whole target, Garg et al. 2019). With ``shift`` a target subword's row is the attention of the
    step at which that subword is the decoder's *input*, one step later than the step that emitted
    it (Chen et al. 2020, "Shift-Att"): the attention that emits y_t is computed before y_t is known.
 2. :func:`word_weights`: the (T, S) subword attention as a (target words x source words) matrix:
@@ -312,14 +313,17 @@ def encode_words(vocab: Vocab, texts: Sequence[str]) -> tuple[list[list[int]], l
     return [ids for ids, _ in encoded], [words for _, words in encoded]
 
 
-def choose_attention(model: Decodable, layer: int | None, heads: Sequence[int] | None) -> None:
+def choose_attention(model: Decodable, layer: int | None, heads: Sequence[int] | None,
+                     full_context: bool = False) -> None:  # fmt: skip
     """Make ``model`` (a model or an ensemble) show the cross-attention of Transformer decoder layer
-    ``layer`` averaged over ``heads`` (None: the default layer, all heads).
+    ``layer`` averaged over ``heads`` (None: the default layer, all heads); with ``full_context``,
+    force-decoding reads it from a pass that sees the whole target (Garg et al. 2019).
 
-    :raise ConfigError: naming ``align.layer`` or ``align.heads``, for a choice the model does not have.
+    :raise ConfigError: naming ``align.layer``, ``align.heads`` or ``align.full_context``, for a
+        choice the model does not have.
     """
     try:
-        model.set_alignment(layer, None if heads is None else [int(h) for h in heads])
+        model.set_alignment(layer, None if heads is None else [int(h) for h in heads], full_context)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

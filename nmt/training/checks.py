@@ -406,14 +406,15 @@ def _check_guided_alignment(cfg: DictConfig) -> None:
 
 def guided_attention(model: Seq2Seq, guided: DictConfig) -> None:
     """Make ``model`` return, in training, the attention that ``train.guided_alignment`` guides (a
-    Transformer's chosen layer and heads; an RNN decoder's one attention).
+    Transformer's chosen layer and heads, with the full target context if asked; an RNN decoder's
+    one attention).
 
-    :raise ConfigError: naming ``train.guided_alignment.layer`` or ``.heads``, for a choice the
-        model does not have (or any choice, for an RNN decoder).
+    :raise ConfigError: naming ``train.guided_alignment.layer``, ``.heads`` or ``.full_context``,
+        for a choice the model does not have (or any choice, for an RNN decoder).
     """
     heads = None if guided.heads is None else [int(h) for h in guided.heads]
     try:
-        model.set_alignment(guided.layer, heads)
+        model.set_alignment(guided.layer, heads, guided.full_context)
     except ValueError as e:
         raise ConfigError(str(e).replace("align.", "train.guided_alignment.")) from None
 

@@ -27,6 +27,7 @@ class GuidedAlignmentSettings:
     decay: float = MISSING
     layer: Optional[int] = MISSING  # noqa: UP045
     heads: Optional[list[int]] = MISSING  # noqa: UP045
+    full_context: bool = MISSING
 
 
 @dataclass
