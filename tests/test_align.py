@@ -137,7 +137,8 @@ def test_the_report_scores_each_method_with_and_without_eos_unaligned(tmp_path: 
     assert list(extract_links(forward, None, "argmax", 0.0, (True,))) == ["forward" + EOS_UNALIGNED]
     gold = [GoldAlignment({(0, 0)}, {(0, 0)}), GoldAlignment({(0, 0), (1, 1)}, {(0, 0), (1, 1)})]
     settings = {"ckpt": "a.pt", "reverse_ckpt": "b.pt", "gold": "gold.txt", "method": "argmax", "threshold": 0.0}
-    cfg = OmegaConf.create({**settings, "align": {"eos_unaligned": True, "full_context": False}, "report": str(tmp_path / "r.json")})
+    align = {"eos_unaligned": True, "full_context": False}
+    cfg = OmegaConf.create({**settings, "align": align, "report": str(tmp_path / "r.json")})
     with caplog.at_level("INFO", logger="nmt.align"):
         report = _report(cfg, methods, gold, ["a b", "c d"], ["w x", "y z"])
     assert report == json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
