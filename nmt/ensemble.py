@@ -88,7 +88,7 @@ class Ensemble(nn.Module):
         """The same choice of cross-attention layer, heads and context for every Transformer member
         (an RNN member keeps its one attention, which sees only the earlier words).
 
-        :raise ValueError: a choice that no member can make (a choice is made for every RNN member).
+        :raise ValueError: any choice, when no member has a Transformer decoder.
         """
         if (layer is not None or heads is not None or full_context) and not any(
             isinstance(m.decoder, TransformerDecoder) for m in self.members
