@@ -110,8 +110,9 @@ class Seq2Seq(nn.Module):
     def guided_loss(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float, guide: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """:meth:`loss` and, from the same pass, guided alignment's cross-entropy between the
-        attention (a Transformer's: the layer and heads of :meth:`set_alignment`) and ``guide``.
+        """:meth:`loss` and guided alignment's cross-entropy between the attention and ``guide``:
+        the same pass's attention (a Transformer's: the layer and heads of :meth:`set_alignment`),
+        or, with full context chosen there, that of a second pass that sees the whole target.
 
         :param guide: (B, T, S) float, each target position's distribution over the source
             positions, or a zero row (:mod:`nmt.data.guidance`).
