@@ -246,6 +246,39 @@ def test_tuned_recipes_build_every_attention_table_model(compose_cfg, model: lis
     assert max(en_de_schedule["milestones"]) < en_de.train.max_epochs * 133
 
 
+def test_converged_recipes_change_only_regularisation_and_stopping(compose_cfg) -> None:
+    """The converged recipes are the tuned ones with dropout 0.5, subword sampling, weight decay and
+    a plateau schedule with early stopping; the model's shape and every other setting stay, and the
+    two directions differ only in their languages."""
+    best = compose_cfg("experiment=multi30k_de_en_best")
+    de_en = compose_cfg("experiment=multi30k_de_en_converged")
+    en_de = compose_cfg("experiment=multi30k_en_de_converged")
+    assert (en_de.data.src_lang, en_de.data.tgt_lang) == ("en", "de")
+    for cfg in (de_en, en_de):
+        assert (cfg.model.hidden_dropout, cfg.model.output_dropout) == (0.5, 0.5)
+        assert cfg.data.subword_sampling.alpha == 0.2
+        assert cfg.train.optimizer.weight_decay == 1e-5
+        assert cfg.train.scheduler._target_ == "torch.optim.lr_scheduler.ReduceLROnPlateau"
+        assert 0 < cfg.train.patience < cfg.train.max_epochs
+    plain = lambda cfg: OmegaConf.to_container(cfg, resolve=True)  # noqa: E731
+    swapped = plain(en_de)
+    swapped["data"].update(src_lang="de", tgt_lang="en")
+    assert swapped == plain(de_en)
+    changed = plain(de_en)
+    reference = plain(best)
+    for container in (changed, reference):
+        for key in ("hidden_dropout", "output_dropout"):
+            container["model"].pop(key)
+            container["model"]["encoder"].pop(key, None)
+            container["model"]["decoder"].pop(key, None)
+        container["data"].pop("subword_sampling")
+        container["train"]["optimizer"].pop("weight_decay")
+        for key in ("scheduler", "max_epochs", "patience"):
+            container["train"].pop(key)
+    assert changed == reference
+    assert build_model(en_de.model, 60, 70).num_parameters() == build_model(best.model, 60, 70).num_parameters()
+
+
 def test_command_line_overrides_the_experiment(compose_cfg) -> None:
     cfg = compose_cfg("experiment=smoke", "data=files", *FILES_OVERRIDES, "model/attention=luong_general")
     assert cfg.data.kind == "files"
