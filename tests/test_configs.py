@@ -260,12 +260,11 @@ def test_converged_recipes_change_only_regularisation_and_stopping(compose_cfg) 
         assert cfg.train.optimizer.weight_decay == 1e-5
         assert cfg.train.scheduler._target_ == "torch.optim.lr_scheduler.ReduceLROnPlateau"
         assert 0 < cfg.train.patience < cfg.train.max_epochs
-    plain = lambda cfg: OmegaConf.to_container(cfg, resolve=True)  # noqa: E731
-    swapped = plain(en_de)
+    swapped = OmegaConf.to_container(en_de, resolve=True)
     swapped["data"].update(src_lang="de", tgt_lang="en")
-    assert swapped == plain(de_en)
-    changed = plain(de_en)
-    reference = plain(best)
+    changed = OmegaConf.to_container(de_en, resolve=True)
+    assert swapped == changed
+    reference = OmegaConf.to_container(best, resolve=True)
     for container in (changed, reference):
         for key in ("hidden_dropout", "output_dropout"):
             container["model"].pop(key)
