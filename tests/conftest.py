@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import logging
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -48,6 +49,13 @@ TINY_MODEL = [
     "model.decoder.output_dim=24",
 ]
 SRC_VOCAB_SIZE, TGT_VOCAB_SIZE = 23, 29
+
+# Under pytest-xdist (`-n auto`, as pyproject sets) each worker has a core of its own: torch's pool of
+# one thread per core in every worker would oversubscribe the machine and make tiny models crawl.
+# The commands the tests run as subprocesses inherit the variable.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 # --------------------------------------------------------------------------- no network
