@@ -433,8 +433,11 @@ def test_ctrl_c_keeps_the_lines_translated_so_far_in_output_partial(smoke_run: S
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output.write_text("an earlier translation\n", encoding="utf-8")
     args = [f"ckpt={smoke_run.checkpoint}", "beam_size=1", "batch_size=4", "threads=1"]
+    # Ctrl-C's default action even where pytest itself was started in the background (`cmd &` leaves
+    # SIGINT ignored, and a child inherits that; Python then installs no KeyboardInterrupt handler)
     proc = subprocess.Popen([sys.executable, "-m", "nmt.translate", *args, f"input={source}", f"output={output}"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 120
     while "loaded" not in proc.stderr.readline():
         assert proc.poll() is None and time.monotonic() < deadline, "the model did not load"
