@@ -4,15 +4,27 @@ sentence length with confidence intervals. Nothing here imports torch or the mod
 Figures are plain ``matplotlib.figure.Figure`` objects, not pyplot's: importing this module
 changes no backend or global state (a notebook keeps its inline plots, and shows a returned figure
 as it shows any), and :func:`figure_png` draws through the Agg canvas whatever the backend.
+matplotlib itself is imported by the first figure drawn, so a command that draws none (most
+translations) starts without it.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _figure(**kwargs) -> Figure:
+    """A new ``Figure`` (matplotlib is imported here, on first use: it takes most of a second)."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def attention_figure(
@@ -31,7 +43,7 @@ def attention_figure(
     own_figure = ax is None
     if own_figure:
         height, width = weights.shape
-        fig = Figure(figsize=(max(3.0, 0.35 * width + 1.5), max(3.0, 0.35 * height + 1.0)))
+        fig = _figure(figsize=(max(3.0, 0.35 * width + 1.5), max(3.0, 0.35 * height + 1.0)))
         ax = fig.subplots()
     else:
         fig = ax.figure
@@ -62,7 +74,7 @@ def alignment_grid_figure(
     width = max(np.asarray(w).shape[1] for w, *_ in alignments)
     height = max(np.asarray(w).shape[0] for w, *_ in alignments)
     panel_w, panel_h = min(8.0, max(3.0, 0.12 * width + 1.5)), min(8.0, max(3.0, 0.12 * height + 1.2))
-    fig = Figure(figsize=(panel_w * ncols, panel_h * nrows))
+    fig = _figure(figsize=(panel_w * ncols, panel_h * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     small = max(width, height) > 30  # long sentences: label every token in a smaller font
     for ax, (weights, src_labels, tgt_labels, panel_title) in zip(axes.flat, alignments):
@@ -102,7 +114,7 @@ def bleu_by_length_figure(
         raise ValueError(f"{len(counts)} counts for {num_bins} bins")
     x = np.arange(num_bins, dtype=float)
     few = np.asarray(counts) < min_count
-    fig = Figure(figsize=(max(5.0, 1.1 * num_bins + 2.5), 4.0))
+    fig = _figure(figsize=(max(5.0, 1.1 * num_bins + 2.5), 4.0))
     ax = fig.subplots()
     offsets = np.linspace(-0.12, 0.12, len(systems)) if len(systems) > 1 else [0.0]
     for offset, (name, values) in zip(offsets, systems.items()):

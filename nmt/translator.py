@@ -19,10 +19,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
 from nmt.ensemble import Ensemble, load_system
@@ -40,6 +40,9 @@ from nmt.search import (
 )
 from nmt.text_form import AS_IS, in_text_form
 from nmt.vocab import Vocab
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # imported by nmt.plotting when a figure is drawn
 
 log = logging.getLogger("nmt.translate")
 

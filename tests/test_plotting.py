@@ -27,6 +27,17 @@ def test_plotting_imports_neither_torch_nor_the_model() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_translating_starts_without_matplotlib_and_a_figure_brings_it() -> None:
+    """matplotlib takes most of a second to import: the translation commands and the Translator
+    load it only when they draw (here: a heatmap)."""
+    code = ("import sys, nmt.translate, nmt.translator, nmt.evaluation.report, nmt.plotting as p, numpy as np; "
+            "before = 'matplotlib' in sys.modules; p.attention_figure(np.eye(2), ['a', 'b'], ['x', 'y']); "
+            "print(before, 'matplotlib' in sys.modules)")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+
+
 def test_attention_figure_labels_match_the_weights() -> None:
     fig = attention_figure(alignment(3, 4), ["a", "b", "c", "</s>"], ["X", "Y", "</s>"], title="t")
     ax = fig.axes[0]

@@ -34,9 +34,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 from sacrebleu.metrics import BLEU, CHRF
 from torch.utils.tensorboard import SummaryWriter
 
@@ -55,6 +55,9 @@ from nmt.evaluation.length_bins import (
 )
 from nmt.files import atomic_write_bytes, write_output_text
 from nmt.plotting import bleu_by_length_figure, figure_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # imported by nmt.plotting when a figure is drawn
 
 BIN_BY = ("source", "reference")
 
