@@ -31,12 +31,12 @@ def test_the_notebook_is_stored_with_its_outputs() -> None:
 @pytest.mark.slow
 def test_the_notebook_runs_from_top_to_bottom(tmp_path, smoke_run, monkeypatch) -> None:
     monkeypatch.setenv("NMT_CHECKPOINT", str(smoke_run.checkpoint))
-    monkeypatch.setenv("NMT_TUTORIAL_UPDATES", "200")
+    monkeypatch.setenv("NMT_TUTORIAL_UPDATES", "100")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(notebook, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     runs = tmp_path / "runs" / "tutorial"
     for name in ("none", "bahdanau", "transformer"):
-        assert json.loads((runs / name / "results.json").read_text())["steps"] == 200
+        assert json.loads((runs / name / "results.json").read_text())["steps"] == 100
     report = json.loads((runs / "eval" / "eval.json").read_text())
     assert list(report["systems"]) == ["none", "bahdanau"] and report["num_sentences"] == 600
     assert report["bin_labels"] == ["<10", "10-19", "20-29", "30-39", "40-49", "50+"]
